@@ -1,0 +1,28 @@
+"""profctx: step- and role-aware profiling for distributed RL and LLM training."""
+
+from ._api import configure, flush, get_config, is_configured, reset
+from ._config import EngineConfig, ProfilerConfig
+from ._decorate import profiled
+from ._errors import ConfigError, ProfilingError
+from ._policy import profile_step
+from ._scope import Scope, current
+from ._window import StepWindow
+
+__all__ = [
+    "ConfigError",
+    "EngineConfig",
+    "ProfilerConfig",
+    "ProfilingError",
+    "Scope",
+    "StepWindow",
+    "configure",
+    "current",
+    "flush",
+    "get_config",
+    "is_configured",
+    "profile_step",
+    "profiled",
+    "reset",
+]
+
+__version__ = "0.1.0"

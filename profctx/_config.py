@@ -1,0 +1,353 @@
+"""The configuration: one frozen value, built from keywords, a mapping, YAML, OmegaConf or env."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final, Literal, final
+
+from ._errors import ConfigError, one_of
+from ._window import StepWindow
+
+MODES: Final = ("step", "role")
+ON_ERROR: Final = ("log", "raise")
+CONTENTS: Final = ("cpu", "cuda", "npu", "memory", "shapes", "stack", "flops", "modules")
+ENGINE_CONTENTS: Final = ("cpu", "cuda", "memory", "stack", "shapes")
+
+#: Environment overrides, applied last: variable -> field.
+ENV_FIELDS: Final = {
+    "PROFCTX_ENABLE": "enable",
+    "PROFCTX_STEPS": "steps",
+    "PROFCTX_RANKS": "ranks",
+    "PROFCTX_MODE": "mode",
+    "PROFCTX_ROLES": "roles",
+    "PROFCTX_SAVE_PATH": "save_path",
+    "PROFCTX_TOOL": "tool",
+}
+
+
+@final
+@dataclass(frozen=True)
+class EngineConfig:
+    """What attached inference engines (vLLM, SGLang) do when a matching role is entered.
+
+    ``delay`` and ``count`` are engine iterations (engine steps, not requests or tokens):
+    skip ``delay`` engine steps after the start, then record ``count`` (``None``: until stop).
+    """
+
+    roles: tuple[str, ...] = ("rollout",)
+    replicas: tuple[int, ...] | Literal["all"] = (0,)
+    contents: tuple[str, ...] = ()
+    delay: int | None = None
+    count: int | None = None
+    by_stage: bool = False
+    merge_profiles: bool = False
+    absolute_start_step: int | None = None
+
+    def __post_init__(self) -> None:
+        _set(self, "roles", _names("engines.roles", self.roles))
+        _set(self, "replicas", _rank_list("engines.replicas", self.replicas))
+        _set(self, "contents", _choices("engines.contents", self.contents, ENGINE_CONTENTS))
+        for name in ("delay", "count", "absolute_start_step"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ConfigError(f"engines.{name}", value, "an integer >= 0 or None")
+        if self.count == 0:
+            raise ConfigError("engines.count", 0, "an integer >= 1, or None to record until the role exits")
+        _set(self, "by_stage", _flag("engines.by_stage", self.by_stage))
+        _set(self, "merge_profiles", _flag("engines.merge_profiles", self.merge_profiles))
+        if self.by_stage and self.count is None:
+            raise ConfigError(
+                "engines.by_stage", True, "by_stage needs engines.count (SGLang's scheduler crashes without num_steps)"
+            )
+        if self.absolute_start_step is not None and self.delay is not None:
+            raise ConfigError(
+                "engines.absolute_start_step",
+                self.absolute_start_step,
+                "give either delay (relative) or absolute_start_step (SGLang's absolute forward count), not both",
+            )
+
+
+@final
+@dataclass(frozen=True)
+class ProfilerConfig:
+    """Everything profctx needs to decide what to capture and where to file it.
+
+    Fields accept loose forms (a list for ``steps``, a list for ``ranks``) and normalise
+    them; any invalid value raises :class:`ConfigError` naming the field. See
+    ``docs/configuration.md`` for each field.
+    """
+
+    enable: bool = True
+    steps: StepWindow | None = None
+    mode: Literal["step", "role"] = "step"
+    contiguous: bool = False
+    roles: tuple[str, ...] = ()
+    ranks: tuple[int, ...] | Literal["all"] = (0,)
+    rank: int | None = None
+    world_size: int | None = None
+    save_path: str = "./profiles"
+    tool: str = "torch"
+    contents: tuple[str, ...] = ()
+    compress: bool = True
+    on_error: Literal["log", "raise"] = "log"
+    exit_hooks: bool = True
+    warmup: bool = True
+    run_id: str | None = None
+    engines: EngineConfig = field(default_factory=EngineConfig)
+    tool_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _set(self, "enable", _flag("enable", self.enable))
+        if self.steps is not None:
+            _set(self, "steps", StepWindow.parse(self.steps))
+        if self.mode not in MODES:
+            raise ConfigError("mode", self.mode, one_of(MODES))
+        _set(self, "contiguous", _flag("contiguous", self.contiguous))
+        if self.contiguous and self.mode != "step":
+            raise ConfigError("contiguous", True, "contiguous captures need mode='step'")
+        _set(self, "roles", _names("roles", self.roles))
+        _set(self, "ranks", _rank_list("ranks", self.ranks))
+        for name in ("rank", "world_size"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ConfigError(name, value, "an integer >= 0 or None (detect it)")
+        if self.world_size == 0:
+            raise ConfigError("world_size", 0, "an integer >= 1 or None (detect it)")
+        if self.rank is not None and self.world_size is not None and self.rank >= self.world_size:
+            raise ConfigError("rank", self.rank, f"a rank below world_size {self.world_size}")
+        if isinstance(self.save_path, os.PathLike):
+            _set(self, "save_path", os.fspath(self.save_path))
+        if not isinstance(self.save_path, str) or not self.save_path.strip():
+            raise ConfigError("save_path", self.save_path, "a non-empty folder path")
+        from .backends import known
+
+        if self.tool not in known():
+            raise ConfigError("tool", self.tool, one_of(known()))
+        _set(self, "contents", _choices("contents", self.contents, CONTENTS))
+        _set(self, "compress", _flag("compress", self.compress))
+        if self.on_error not in ON_ERROR:
+            raise ConfigError("on_error", self.on_error, one_of(ON_ERROR))
+        _set(self, "exit_hooks", _flag("exit_hooks", self.exit_hooks))
+        _set(self, "warmup", _flag("warmup", self.warmup))
+        if self.run_id is not None and (not isinstance(self.run_id, str) or not _safe_name(self.run_id)):
+            raise ConfigError("run_id", self.run_id, "letters, digits, '.', '_' or '-' (1-64 characters)")
+        if isinstance(self.engines, Mapping):
+            _set(self, "engines", _build(EngineConfig, self.engines, "engines."))
+        elif not isinstance(self.engines, EngineConfig):
+            raise ConfigError("engines", self.engines, "a mapping of engine options or an EngineConfig")
+        if not isinstance(self.tool_options, Mapping):
+            raise ConfigError("tool_options", self.tool_options, "a mapping of backend options")
+        _set(self, "tool_options", MappingProxyType(dict(self.tool_options)))
+        if self.enable and self.steps is None:
+            raise ConfigError(
+                "steps", None, "profiling is enabled, so give the steps to profile (e.g. '3:6' or [1, 2]); "
+                "or enable=False"
+            )
+
+    @property
+    def active(self) -> bool:
+        """Whether this config can capture anything at all."""
+        return self.enable and bool(self.steps)
+
+    def replace(self, **changes: Any) -> ProfilerConfig:
+        """Return a copy with ``changes`` applied (validated like the constructor)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-safe dict that :meth:`from_mapping` reads back to an equal config."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, StepWindow):
+                value = list(value.steps)
+            elif isinstance(value, EngineConfig):
+                value = {
+                    g.name: (list(v) if isinstance(v := getattr(value, g.name), tuple) else v)
+                    for g in dataclasses.fields(value)
+                }
+            elif isinstance(value, tuple):
+                value = list(value)
+            elif isinstance(value, Mapping):
+                value = dict(value)
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> ProfilerConfig:
+        """Return the config a mapping describes; unknown keys raise ``ConfigError``."""
+        config: ProfilerConfig = _build(cls, data, "")
+        return config
+
+
+def load(source: object = None, /, **overrides: Any) -> ProfilerConfig | None:
+    """Return the config from ``source`` and keyword ``overrides``, then environment overrides.
+
+    ``source`` is ``None``, a :class:`ProfilerConfig`, a mapping, an OmegaConf ``DictConfig``
+    or a path to a YAML file (a top-level ``profctx:`` key is looked into). Precedence:
+    defaults < source < keywords < ``PROFCTX_*`` environment. Returns ``None`` (disabled)
+    when nothing at all is given and no ``PROFCTX_*`` variable is set.
+    """
+    data: dict[str, Any]
+    if source is None:
+        data = {}
+    elif isinstance(source, ProfilerConfig):
+        data = source.to_dict()
+    elif isinstance(source, (str, os.PathLike)):
+        data = _read_yaml(Path(source))
+    elif isinstance(source, Mapping):
+        data = dict(source)
+    elif _is_omegaconf(source):
+        from omegaconf import OmegaConf
+
+        container = OmegaConf.to_container(source, resolve=True)  # type: ignore[call-overload]
+        if not isinstance(container, dict):
+            raise ConfigError("config", source, "an OmegaConf mapping (DictConfig)")
+        data = {str(k): v for k, v in container.items()}
+    else:
+        raise ConfigError(
+            "config", source, "a ProfilerConfig, a mapping, an OmegaConf DictConfig, or a path to a YAML file"
+        )
+    if "profctx" in data and len(data) == 1:
+        inner = data["profctx"]
+        data = {"enable": False} if inner is None else dict(inner)
+    data.update(overrides)
+    env = env_overrides(os.environ)
+    if source is None and not overrides and not env:
+        return None
+    data.update(env)
+    return ProfilerConfig.from_mapping(data)
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Return the fields set by ``PROFCTX_*`` variables in ``environ``."""
+    out: dict[str, Any] = {}
+    for var, name in ENV_FIELDS.items():
+        raw = environ.get(var)
+        if raw is None or raw.strip() == "":
+            continue
+        raw = raw.strip()
+        if name == "enable":
+            lowered = raw.lower()
+            if lowered not in _TRUE + _FALSE:
+                raise ConfigError(var, raw, "one of 1, 0, true, false, yes, no, on, off")
+            out[name] = lowered in _TRUE
+        elif name == "ranks":
+            out[name] = raw if raw == "all" else _int_list(var, raw)
+        elif name == "roles":
+            out[name] = [r.strip() for r in raw.split(",") if r.strip()]
+        else:
+            out[name] = raw
+    return out
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+_TRUE: Final = ("1", "true", "yes", "on")
+_FALSE: Final = ("0", "false", "no", "off")
+
+
+def _set(obj: object, name: str, value: object) -> None:
+    object.__setattr__(obj, name, value)
+
+
+def _build(cls: Any, data: Mapping[str, Any], prefix: str) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = [str(k) for k in data if k not in names]
+    if unknown:
+        key = unknown[0]
+        close = difflib.get_close_matches(key, names, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ConfigError(f"{prefix}{key}", data[key], f"{hint}known fields: {', '.join(sorted(names))}")
+    return cls(**{str(k): v for k, v in data.items()})
+
+
+def _flag(name: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ConfigError(name, value, "true or false")
+
+
+def _names(name: str, value: object) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(name, value, "a list of role names or fnmatch patterns, e.g. ['actor_*', 'rollout']")
+    return tuple(value)
+
+
+def _choices(name: str, value: object, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(name, value, "a list; " + one_of(allowed))
+    for item in value:
+        if item not in allowed:
+            raise ConfigError(name, item, one_of(allowed))
+    return tuple(dict.fromkeys(value))
+
+
+def _rank_list(name: str, value: object) -> tuple[int, ...] | Literal["all"]:
+    if value == "all":
+        return "all"
+    if isinstance(value, str):
+        return _int_list(name, value)
+    if isinstance(value, bool):
+        raise ConfigError(name, value, "'all' or a list of integers >= 0")
+    if isinstance(value, int):
+        value = [value]
+    if not isinstance(value, (list, tuple, range)) or not value:
+        raise ConfigError(name, value, "'all' or a non-empty list of integers >= 0")
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, int) or item < 0:
+            raise ConfigError(name, value, "'all' or a non-empty list of integers >= 0")
+    return tuple(sorted(set(value)))
+
+
+def _int_list(name: str, raw: str) -> tuple[int, ...]:
+    try:
+        items = [int(p) for p in raw.replace(" ", "").split(",") if p]
+    except ValueError:
+        raise ConfigError(name, raw, "'all' or a comma-separated list of integers, e.g. '0,1'") from None
+    if not items or any(i < 0 for i in items):
+        raise ConfigError(name, raw, "'all' or a comma-separated list of integers >= 0")
+    return tuple(sorted(set(items)))
+
+
+def _safe_name(text: str) -> bool:
+    return 0 < len(text) <= 64 and all(c.isascii() and (c.isalnum() or c in "._-") for c in text)
+
+
+def _is_omegaconf(obj: object) -> bool:
+    return type(obj).__module__.startswith("omegaconf")
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        import yaml
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise ConfigError("config", str(path), "YAML files need PyYAML: pip install 'profctx[yaml]'") from None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError("config", str(path), f"a readable YAML file ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError("config", str(path), f"valid YAML ({exc})") from None
+    if data is None:
+        return {"enable": False}
+    if not isinstance(data, dict):
+        raise ConfigError("config", str(path), "a YAML mapping of profctx fields")
+    return data

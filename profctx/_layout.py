@@ -1,0 +1,48 @@
+"""Where captures go: folder per step and role, file names that never collide."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from ._identity import Identity
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+#: Folder, under ``save_path``, holding the manifest shards.
+MANIFEST_DIR = ".profctx"
+
+
+def safe(text: str) -> str:
+    """Return ``text`` with every run of characters outside ``[A-Za-z0-9._-]`` replaced by ``-``."""
+    cleaned = _UNSAFE.sub("-", text).strip("-.")
+    return cleaned or "x"
+
+
+def capture_folder(steps: tuple[int, ...], roles: tuple[str, ...]) -> Path:
+    """Return the folder of a capture, relative to ``save_path``.
+
+    ``step000003/actor_update`` for one step and a role; ``step000003-000005/step`` for a
+    contiguous step capture; nested roles nest folders.
+    """
+    first, last = steps[0], steps[-1]
+    head = f"step{first:06d}" if first == last else f"step{first:06d}-{last:06d}"
+    tail = [safe(r) for r in roles] or ["step"]
+    return Path(head, *tail)
+
+
+def worker_name(identity: Identity) -> str:
+    """Return the worker part of file names: ``rank{R}-of-{W}_{host}_{pid}``."""
+    return f"{identity.tag}_{safe(identity.host)}_{identity.pid}"
+
+
+def trace_stem(identity: Identity, wall_ns: int | None = None) -> str:
+    """Return ``{worker}.{ms}``: the TensorBoard profiler plugin's ``worker.span`` stem."""
+    ns = time.time_ns() if wall_ns is None else wall_ns
+    return f"{worker_name(identity)}.{ns // 1_000_000}"
+
+
+def temporary(final: Path) -> Path:
+    """Return the hidden temporary name a file is written under before its rename to ``final``."""
+    return final.with_name(f".{final.name}.tmp")

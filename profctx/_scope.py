@@ -1,0 +1,97 @@
+"""The ambient scope: global step, role path and tags, held in one ContextVar."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextvars import ContextVar
+from types import MappingProxyType
+from typing import Any, final
+
+
+@final
+class Scope:
+    """Where the code is: the global step, the role path and free-form tags.
+
+    Immutable and hashable. ``roles`` is the path of nested roles, outermost first;
+    ``role`` is its innermost entry and ``path`` its ``/``-joined rendering.
+    """
+
+    __slots__ = ("_tags", "roles", "step")
+
+    def __init__(
+        self,
+        step: int | None = None,
+        roles: tuple[str, ...] = (),
+        tags: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.step = step
+        self.roles = roles
+        self._tags: tuple[tuple[str, Any], ...] = tuple(sorted(tags.items())) if tags else ()
+
+    @property
+    def role(self) -> str | None:
+        """The innermost role, or ``None`` outside any role."""
+        return self.roles[-1] if self.roles else None
+
+    @property
+    def path(self) -> str:
+        """The role path joined with ``/`` (empty outside any role)."""
+        return "/".join(self.roles)
+
+    @property
+    def tags(self) -> Mapping[str, Any]:
+        """The tags, read-only."""
+        return MappingProxyType(dict(self._tags))
+
+    def child(self, step: int | None, role: str | None, tags: Mapping[str, Any]) -> Scope:
+        """Return the scope of a nested block that sets ``step``, adds ``role`` and merges ``tags``."""
+        new = Scope.__new__(Scope)
+        new.step = self.step if step is None else step
+        new.roles = self.roles if role is None else self.roles + split_role(role)
+        new._tags = tuple(sorted({**dict(self._tags), **tags}.items())) if tags else self._tags
+        return new
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-safe dict (``step``, ``roles``, ``tags``)."""
+        return {"step": self.step, "roles": list(self.roles), "tags": dict(self._tags)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Scope:
+        """Return the scope a :meth:`to_dict` result describes."""
+        step = data.get("step")
+        return cls(
+            None if step is None else int(step),
+            tuple(str(r) for r in data.get("roles", ())),
+            dict(data.get("tags") or {}),
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Scope)
+            and self.step == other.step
+            and self.roles == other.roles
+            and self._tags == other._tags
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.step, self.roles, self._tags))
+
+    def __repr__(self) -> str:
+        return f"Scope(step={self.step!r}, roles={self.roles!r}, tags={dict(self._tags)!r})"
+
+
+def split_role(role: str) -> tuple[str, ...]:
+    """Split ``"a/b"`` into ``("a", "b")``; refuse an empty role with ``ValueError``."""
+    parts = tuple(p for p in role.split("/") if p)
+    if not parts:
+        raise ValueError(f"role: {role!r} is not valid; a role is a non-empty name such as 'rollout'")
+    return parts
+
+
+ROOT = Scope()
+SCOPE: ContextVar[Scope] = ContextVar("profctx.scope", default=ROOT)
+
+
+def current() -> Scope:
+    """Return the ambient scope of the calling task or thread."""
+    return SCOPE.get()

@@ -1,0 +1,175 @@
+"""The ``torch`` backend: ``torch.profiler`` with CPU and, where present and asked for, CUDA activity."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from .._errors import ConfigError
+from .._layout import temporary
+from .._log import warn_once
+from ._base import CaptureSpec, Finish
+
+if TYPE_CHECKING:
+    from .._config import ProfilerConfig
+
+#: ``contents`` entry -> ``torch.profiler.profile`` keyword.
+FLAGS = {
+    "shapes": "record_shapes",
+    "stack": "with_stack",
+    "memory": "profile_memory",
+    "flops": "with_flops",
+    "modules": "with_modules",
+}
+#: Levels ``compress_level`` may take (gzip); torch's own handler uses 9, about 20x slower than 1.
+COMPRESS_LEVELS = range(1, 10)
+#: Options this backend reads from ``tool_options``.
+OPTIONS = ("compress_level",)
+
+
+class SessionLostError(RuntimeError):
+    """Raise when another torch profiler took the process's single session during a capture."""
+
+
+class TorchBackend:
+    """Drive ``torch.profiler.profile``; export a Chrome trace per capture.
+
+    Empty ``contents`` means CPU plus CUDA when CUDA is available. CPU activity is always on:
+    role ranges are CPU events. Files: ``{stem}.pt.trace.json`` or ``.pt.trace.json.gz``.
+    """
+
+    name: ClassVar[str] = "torch"
+
+    def __init__(self) -> None:
+        self._prof: Any = None
+        self._spec: CaptureSpec | None = None
+
+    @classmethod
+    def check_config(cls, config: ProfilerConfig) -> None:
+        """Refuse a config this backend cannot run: no torch, or contents it does not know."""
+        try:
+            import torch.profiler  # noqa: F401
+        except ImportError:
+            raise ConfigError(
+                "tool", config.tool, "the torch backend needs torch: pip install 'profctx[torch]'"
+            ) from None
+        if "npu" in config.contents:
+            raise ConfigError("contents", "npu", "the torch backend records cpu and cuda; use tool='npu' for NPUs")
+        for key in config.tool_options:
+            if key not in OPTIONS:
+                raise ConfigError(
+                    f"tool_options.{key}", config.tool_options[key], f"torch options: {', '.join(OPTIONS)}"
+                )
+        level = config.tool_options.get("compress_level", 3)
+        if isinstance(level, bool) or level not in COMPRESS_LEVELS:
+            raise ConfigError("tool_options.compress_level", level, "an integer from 1 (fast) to 9 (small)")
+
+    def prepare(self) -> None:
+        """Import what torch's first ``profile.start()`` would import (about a second), now."""
+        import torch.profiler
+
+        with contextlib.suppress(Exception):
+            import torch._dynamo  # noqa: F401
+
+    def start(self, spec: CaptureSpec) -> None:
+        """Start a ``torch.profiler.profile`` session with identity metadata."""
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        if torch.autograd._profiler_enabled():
+            raise SessionLostError("a torch profiler not started by profctx is already running in this process")
+        activities = [ProfilerActivity.CPU]
+        wants_cuda = "cuda" in spec.contents or not spec.contents
+        if wants_cuda and torch.cuda.is_available():
+            activities.append(ProfilerActivity.CUDA)
+        elif "cuda" in spec.contents:
+            note = "cuda was asked for but CUDA is not available; captured CPU activity only"
+            spec.notes.append(note)
+            warn_once("torch:no-cuda", "profctx: %s", note)
+        flags = {keyword: (content in spec.contents) for content, keyword in FLAGS.items()}
+        prof = profile(activities=activities, experimental_config=_experimental_config(), **flags)
+        prof.start()
+        self._prof = prof
+        self._spec = spec
+        prof.add_metadata_json("profctx", json.dumps(spec.metadata, default=str))
+        if not _distributed_initialized():
+            info = {"backend": "none", "rank": spec.identity.rank, "world_size": spec.identity.world_size}
+            prof.add_metadata_json("distributedInfo", json.dumps(info))
+
+    def stop(self) -> Finish:
+        """Stop the session on this thread; return the exporter (run off the training thread)."""
+        prof, spec = self._prof, self._spec
+        self._prof = self._spec = None
+        if prof is None or spec is None:
+            raise RuntimeError("stop() without a live capture")
+        prof.stop()
+        results = getattr(prof.profiler, "kineto_results", None)
+        if results is None or results.trace_start_ns() == 0:
+            # Exporting a profiler whose session was taken by another one crashes the process.
+            raise SessionLostError("another torch profiler took this process's profiling session during the capture")
+        level = int(spec.options.get("compress_level", 3))
+        return lambda: _export(prof, spec, level)
+
+    def range(self, name: str) -> contextlib.AbstractContextManager[Any]:
+        """Return ``torch.profiler.record_function(name)``."""
+        from torch.profiler import record_function
+
+        cm: contextlib.AbstractContextManager[Any] = record_function(name)
+        return cm
+
+    def step(self) -> None:
+        """Do nothing: captures are whole steps or roles, not torch schedules."""
+
+
+def _export(prof: Any, spec: CaptureSpec, level: int) -> Sequence[Path]:
+    final = spec.folder / f"{spec.stem}.pt.trace.json"
+    raw_tmp = temporary(final)
+    prof.export_chrome_trace(str(raw_tmp))
+    if not spec.compress:
+        os.replace(raw_tmp, final)
+        return (final,)
+    packed = final.with_name(final.name + ".gz")
+    packed_tmp = temporary(packed)
+    try:
+        with open(raw_tmp, "rb") as src, gzip.open(packed_tmp, "wb", compresslevel=level) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        os.replace(packed_tmp, packed)
+    finally:
+        with contextlib.suppress(OSError):
+            raw_tmp.unlink()
+        with contextlib.suppress(OSError):
+            packed_tmp.unlink()
+    return (packed,)
+
+
+def _experimental_config() -> Any:
+    from torch._C._profiler import _ExperimentalConfig
+
+    # All threads: roles entered on worker threads must appear in the capture.
+    # trace_only: skip building Python event objects at stop; only the export is needed.
+    attempts: tuple[dict[str, Any], ...] = (
+        {"profile_all_threads": True, "trace_only": True},
+        {"profile_all_threads": True},
+        {},
+    )
+    for kwargs in attempts:
+        try:
+            return _ExperimentalConfig(**kwargs)
+        except TypeError:
+            continue
+    return None
+
+
+def _distributed_initialized() -> bool:
+    try:
+        import torch.distributed as dist
+
+        return bool(dist.is_available() and dist.is_initialized())
+    except Exception:  # noqa: BLE001
+        return False
