@@ -1,0 +1,41 @@
+"""The ``profctx`` command line. Each subcommand lives in its own module with ``register(subparsers)``.
+
+Exit codes: 0 success, 1 findings or failures, 2 usage errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+#: Subcommand -> module defining ``register(subparsers)``; imported when the CLI starts.
+COMMANDS: dict[str, str] = {
+    "demo": "profctx.cli.demo",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser with every available subcommand."""
+    parser = argparse.ArgumentParser(prog="profctx", description="Step- and role-aware profiling for RL training.")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module_name in COMMANDS.values():
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:  # a subcommand whose module is absent in this build
+            continue
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help(sys.stderr)
+        return 2
+    code: int = func(args)
+    return code
