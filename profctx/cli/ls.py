@@ -7,8 +7,21 @@ import json
 import sys
 from typing import Any
 
-from ._common import FINDINGS, OK, Style, add_filters, guarded, open_run, seconds, select, size, source_text, \
-    steps_text, table, who_text
+from ._common import (
+    FINDINGS,
+    OK,
+    Style,
+    add_filters,
+    guarded,
+    open_run,
+    seconds,
+    select,
+    size,
+    source_text,
+    steps_text,
+    table,
+    who_text,
+)
 
 
 def register(subparsers: Any) -> None:
