@@ -24,6 +24,10 @@ def configure(config: object = None, /, **fields: Any) -> ProfilerConfig | None:
     new = load(config, **fields)
     if new is not None and new.active:
         check_config(backend_class(resolve_tool(new.tool)), new)
+        for hook in list(_state.ROLE_HOOKS):  # attached engines refuse options they cannot honour
+            check = getattr(hook, "check_config", None)
+            if check is not None:
+                check(new)
     _shutdown()
     _state.CONFIG = new
     if new is None or not new.active:

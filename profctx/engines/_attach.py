@@ -1,0 +1,146 @@
+"""Attach engine adapters to role scopes: one role hook starts and stops them all concurrently."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import fnmatch
+import threading
+from collections.abc import Sequence
+
+from .. import _state
+from .._config import ProfilerConfig
+from .._log import logger
+from .._scope import Scope
+from ._base import EngineAdapter
+from ._loop import run_sync
+
+
+class EngineHook:
+    """The role hook of attached engines (at most one is registered in ``_state.ROLE_HOOKS``).
+
+    ``enter``/``aenter`` start every attached adapter concurrently when the innermost role
+    (or the role path) matches ``engines.roles``; the handle lists the adapters this block
+    started, which ``exit``/``aexit`` stop concurrently. An adapter already profiling (an
+    overlapping role in another task) is not started again and not stopped by this block.
+    """
+
+    def __init__(self) -> None:
+        self.adapters: list[EngineAdapter] = []
+        self._lock = threading.Lock()
+
+    def matches(self, scope: Scope) -> bool:
+        """Whether ``scope``'s role selects engines under the current configuration."""
+        runtime = _state.RUNTIME
+        if runtime is None or not scope.roles:
+            return False
+        name, path = scope.roles[-1], "/".join(scope.roles)
+        return any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(path, p) for p in runtime.config.engines.roles)
+
+    def check_config(self, config: ProfilerConfig) -> None:
+        """Raise ``ConfigError`` if an attached adapter cannot honour ``config.engines``."""
+        for adapter in list(self.adapters):
+            adapter.check(config.engines)
+
+    async def _start_all(self, scope: Scope, blocked: object) -> list[EngineAdapter] | None:
+        adapters = list(self.adapters)
+        results = await asyncio.gather(*(a.start(scope, _blocked_loop=blocked) for a in adapters),
+                                       return_exceptions=True)
+        started = [a for a, r in zip(adapters, results, strict=True) if r is True]
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:  # only with on_error="raise" (or cancellation): leave nothing running behind
+            await _stop_all(started)
+            raise errors[0]
+        return started or None
+
+    def enter(self, scope: Scope) -> object:
+        """Start the attached adapters for ``scope`` (blocking; runs them concurrently)."""
+        if not self.matches(scope):
+            return None
+        try:
+            blocked: object = asyncio.get_running_loop()
+        except RuntimeError:
+            blocked = None
+        return run_sync(lambda: self._start_all(scope, blocked))
+
+    def exit(self, handle: object) -> None:
+        """Stop the adapters ``enter`` started (blocking; concurrently)."""
+        if isinstance(handle, list) and handle:
+            run_sync(lambda: _stop_all(handle))
+
+    async def aenter(self, scope: Scope) -> object:
+        """Start the attached adapters for ``scope`` concurrently."""
+        if not self.matches(scope):
+            return None
+        return await self._start_all(scope, None)
+
+    async def aexit(self, handle: object) -> None:
+        """Stop the adapters ``aenter`` started, concurrently."""
+        if isinstance(handle, list) and handle:
+            await _stop_all(handle)
+
+
+async def _stop_all(adapters: Sequence[EngineAdapter]) -> None:
+    results = await asyncio.gather(*(a.stop() for a in adapters), return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+
+
+_hook = EngineHook()
+_atexit_installed = False
+
+
+def attach(*adapters: EngineAdapter) -> None:
+    """Attach ``adapters``: they start and stop with every role matching ``engines.roles``.
+
+    Raise ``ConfigError`` right away if profctx is configured and an adapter whose engine
+    version is known cannot honour ``engines`` options; a later ``configure()`` checks too.
+    Attaching the same adapter twice has no further effect.
+    """
+    global _atexit_installed
+    config = _state.CONFIG
+    for adapter in adapters:
+        if not isinstance(adapter, EngineAdapter):
+            raise TypeError(f"attach: {adapter!r} is not an engine adapter (profctx.engines.EngineAdapter)")
+        if config is not None:
+            adapter.check(config.engines)
+    with _hook._lock:
+        for adapter in adapters:
+            if adapter not in _hook.adapters:
+                _hook.adapters.append(adapter)
+        if _hook.adapters and _hook not in _state.ROLE_HOOKS:
+            _state.ROLE_HOOKS.append(_hook)
+        if not _atexit_installed:
+            atexit.register(_stop_open_at_exit)
+            _atexit_installed = True
+
+
+def detach(*adapters: EngineAdapter) -> None:
+    """Detach ``adapters`` (all of them when none is given); an open session is left to its block."""
+    with _hook._lock:
+        if adapters:
+            _hook.adapters[:] = [a for a in _hook.adapters if a not in adapters]
+        else:
+            _hook.adapters.clear()
+        if not _hook.adapters and _hook in _state.ROLE_HOOKS:
+            _state.ROLE_HOOKS.remove(_hook)
+
+
+def attached() -> tuple[EngineAdapter, ...]:
+    """Return the attached adapters, in attach order."""
+    return tuple(_hook.adapters)
+
+
+def stop_all() -> None:
+    """Stop every attached adapter's open session (each bounded by ``engines.stop_timeout``)."""
+    open_ = [a for a in _hook.adapters if a.active]
+    if open_:
+        run_sync(lambda: _stop_all(open_))
+
+
+def _stop_open_at_exit() -> None:
+    try:
+        stop_all()
+    except Exception as exc:  # noqa: BLE001 - exit paths must not raise
+        logger.warning("profctx: could not stop an engine's profiler at exit: %s", exc)
