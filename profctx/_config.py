@@ -48,9 +48,18 @@ class EngineConfig:
     by_stage: bool = False
     merge_profiles: bool = False
     absolute_start_step: int | None = None
+    #: Seconds to wait for an engine to start profiling.
+    start_timeout: float = 120.0
+    #: Seconds to wait for an engine to stop; generous because vLLM can take minutes to flush a trace.
+    stop_timeout: float = 1800.0
 
     def __post_init__(self) -> None:
         _set(self, "roles", _names("engines.roles", self.roles))
+        for name in ("start_timeout", "stop_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise ConfigError(f"engines.{name}", value, "a number of seconds > 0")
+            _set(self, name, float(value))
         _set(self, "replicas", _rank_list("engines.replicas", self.replicas))
         _set(self, "contents", _choices("engines.contents", self.contents, ENGINE_CONTENTS))
         for name in ("delay", "count", "absolute_start_step"):
