@@ -13,6 +13,11 @@ from collections.abc import Sequence
 #: Subcommand -> module defining ``register(subparsers)``; imported when the CLI starts.
 COMMANDS: dict[str, str] = {
     "demo": "profctx.cli.demo",
+    "ls": "profctx.cli.ls",
+    "merge": "profctx.cli.merge",
+    "report": "profctx.cli.report",
+    "doctor": "profctx.cli.doctor",
+    "nsys-command": "profctx.cli.nsys",
 }
 
 
