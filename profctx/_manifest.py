@@ -36,9 +36,9 @@ class ManifestWriter:
         self._fd: int | None = None
         self.failed: str | None = None
 
-    def write(self, record: Mapping[str, Any]) -> bool:
-        """Append ``record`` (plus version, run, rank, host, pid) as one line; return success."""
-        full = {
+    def envelope(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """Return ``record`` with the version, run, rank, world size, host and pid added in front."""
+        return {
             "v": VERSION,
             "run": self.run_id,
             "rank": self.identity.rank,
@@ -47,7 +47,10 @@ class ManifestWriter:
             "pid": self.identity.pid,
             **record,
         }
-        line = (json.dumps(full, default=str, separators=(",", ":")) + "\n").encode()
+
+    def write(self, record: Mapping[str, Any]) -> bool:
+        """Append ``record`` as one JSON line (:meth:`envelope` it first); return success."""
+        line = (json.dumps(record, default=str, separators=(",", ":")) + "\n").encode()
         with self._lock:
             try:
                 if self._fd is None:

@@ -179,9 +179,10 @@ class Runtime:
             if self._manifest is None or self._manifest.identity != identity:
                 self._manifest = ManifestWriter(self.save_path, self.run_id, identity)
             manifest = self._manifest
-        manifest.write(record)
+        full = manifest.envelope(record)
+        manifest.write(full)
         for listener in list(self.listeners):
-            listener(dict(record))
+            listener(dict(full))
 
     def failure(self, what: str, exc: BaseException, *, in_flight: bool = False) -> None:
         """Handle a profiling failure: log once, keep it, raise only when asked to and safe."""

@@ -64,6 +64,8 @@ class StepWindow:
 
     @classmethod
     def _checked(cls, steps: Iterable[int], original: object, field: str) -> StepWindow:
+        if isinstance(steps, range) and len(steps) > MAX_STEPS:
+            raise ConfigError(field, original, f"at most {MAX_STEPS} steps")
         try:
             return cls(steps)
         except ConfigError as exc:
@@ -124,6 +126,8 @@ class StepWindow:
             raise ConfigError("schedule.active", active, "an integer >= 1")
         if repeat < 1:
             raise ConfigError("schedule.repeat", repeat, "an integer >= 1 (0 repeats forever, an unbounded window)")
+        if active * repeat > MAX_STEPS:
+            raise ConfigError("schedule.repeat", repeat, f"at most {MAX_STEPS} recorded steps in all")
         period = wait + warmup + active
         base = first_step + skip_first + wait + warmup
         return cls(base + k * period + i for k in range(repeat) for i in range(active))

@@ -1,0 +1,157 @@
+"""The torch backend on CPU: real traces with role ranges, identity metadata and safe file names."""
+
+from __future__ import annotations
+
+import contextvars
+import gzip
+import json
+import os
+import re
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import profctx
+from profctx._manifest import read
+
+torch = pytest.importorskip("torch")
+
+
+def work(n: int = 3) -> None:
+    x = torch.randn(64, 64)
+    for _ in range(n):
+        x = x @ x
+        x = x / x.norm()
+
+
+def load_trace(path: Path) -> dict[str, Any]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as fh:
+        data: dict[str, Any] = json.load(fh)
+    return data
+
+
+def names(trace: dict[str, Any]) -> set[str]:
+    return {str(e.get("name")) for e in trace["traceEvents"]}
+
+
+def test_step_mode_trace_has_ranges_metadata_and_tensorboard_name(tmp_path: Path) -> None:
+    profctx.configure(steps=[2], save_path=tmp_path, rank=1, world_size=2, run_id="run-1", ranks="all")
+    for step in (1, 2, 3):
+        with profctx.profile_step(step):
+            with profctx.profile_step(role="rollout"):
+                work()
+            with profctx.profile_step(role="actor_update"):
+                work()
+    assert profctx.flush(30)
+    records = read(tmp_path)
+    assert [(r["step"], r["role"], r["status"], r["rank"]) for r in records] == [(2, None, "ok", 1)]
+    (entry,) = records[0]["files"]
+    path = tmp_path / entry["path"]
+    assert path.parent == tmp_path / "step000002" / "step"
+    host = re.sub(r"[^A-Za-z0-9._-]+", "-", socket.gethostname())
+    assert re.fullmatch(rf"rank1-of-2_{re.escape(host)}_{os.getpid()}\.\d+\.pt\.trace\.json\.gz", path.name)
+    assert entry["bytes"] == path.stat().st_size > 0
+    trace = load_trace(path)
+    assert {"rollout", "actor_update"} <= names(trace)
+    meta = trace["profctx"]
+    assert (meta["step"], meta["role"], meta["rank"], meta["world_size"], meta["run"]) == (2, None, 1, 2, "run-1")
+    assert meta["host"] == socket.gethostname() and meta["pid"] == os.getpid()
+    assert trace["distributedInfo"]["rank"] == 1 and trace["distributedInfo"]["world_size"] == 2
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_role_mode_nested_roles_are_ranges_and_folders_nest(tmp_path: Path) -> None:
+    profctx.configure(steps="1:3", mode="role", roles=["train"], save_path=tmp_path, compress=False)
+    for step in (1, 2):
+        with profctx.profile_step(step), profctx.profile_step(role="train"):
+            with profctx.profile_step(role="fwd"):
+                work()
+            with profctx.profile_step(role="bwd"):
+                work()
+    assert profctx.flush(30)
+    records = read(tmp_path)
+    assert [(r["step"], r["role"], r["folder"]) for r in records] == [
+        (1, "train", "step000001/train"), (2, "train", "step000002/train")]
+    for record in records:
+        path = tmp_path / record["files"][0]["path"]
+        assert path.name.endswith(".pt.trace.json")
+        trace = load_trace(path)
+        assert {"fwd", "bwd"} <= names(trace)
+        assert "train" not in names(trace)
+        assert trace["profctx"]["role"] == "train"
+
+
+def test_contiguous_capture_spans_the_run(tmp_path: Path) -> None:
+    profctx.configure(steps=[1, 2, 3, 7], contiguous=True, save_path=tmp_path)
+    for step in range(1, 9):
+        with profctx.profile_step(step), profctx.profile_step(role=f"r{step}"):
+            work(1)
+    assert profctx.flush(30)
+    records = read(tmp_path)
+    assert [(r["steps"], r["folder"]) for r in records] == [
+        ([1, 2, 3], "step000001-000003/step"), ([7], "step000007/step")]
+    trace = load_trace(tmp_path / records[0]["files"][0]["path"])
+    assert {"r1", "r2", "r3"} <= names(trace) and "r4" not in names(trace)
+
+
+def test_roles_entered_on_other_threads_appear_in_the_capture(tmp_path: Path) -> None:
+    profctx.configure(steps=[1], save_path=tmp_path)
+
+    def worker() -> None:
+        with profctx.profile_step(role="from_thread"):
+            work(1)
+
+    with profctx.profile_step(1):
+        # A plain thread starts with an empty context: hand it this one.
+        thread = threading.Thread(target=contextvars.copy_context().run, args=(worker,))
+        thread.start()
+        thread.join()
+    assert profctx.flush(30)
+    (record,) = read(tmp_path)
+    assert "from_thread" in names(load_trace(tmp_path / record["files"][0]["path"]))
+
+
+def test_no_record_function_outside_a_live_capture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    original = torch.profiler.record_function
+
+    def counting(name: str, *args: Any) -> Any:
+        calls.append(name)
+        return original(name, *args)
+
+    monkeypatch.setattr(torch.profiler, "record_function", counting)
+    profctx.configure(steps=[5], ranks=[1], rank=0, world_size=2, save_path=tmp_path)
+    for step in (4, 5):
+        with profctx.profile_step(step), profctx.profile_step(role="rollout"):
+            work(1)
+    assert calls == []
+    profctx.configure(steps=[5], save_path=tmp_path)
+    with profctx.profile_step(5), profctx.profile_step(role="rollout"):
+        work(1)
+    assert calls == ["rollout"]
+
+
+def test_cuda_asked_for_without_cuda_is_noted(tmp_path: Path) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is present")
+    profctx.configure(steps=[1], contents=["cpu", "cuda", "shapes"], save_path=tmp_path)
+    with profctx.profile_step(1):
+        work(1)
+    assert profctx.flush(30)
+    (record,) = read(tmp_path)
+    assert record["status"] == "ok"
+    assert any("CUDA is not available" in note for note in record["notes"])
+
+
+def test_a_foreign_torch_profiler_makes_the_capture_fail_not_crash(tmp_path: Path) -> None:
+    profctx.configure(steps=[1], save_path=tmp_path)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]), profctx.profile_step(1):
+        work(1)
+    assert profctx.flush(30)
+    (record,) = read(tmp_path)
+    assert record["status"] == "failed"
+    assert "not started by profctx" in record["error"]
