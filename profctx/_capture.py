@@ -130,6 +130,7 @@ class Capture:
                 options=rt.config.tool_options,
                 compress=rt.config.compress,
                 metadata=metadata,
+                notes=[rt.tool_note] if rt.tool_note else [],
             )
             rt.backend.start(self.spec)
         except Exception as exc:  # noqa: BLE001 - profiling never breaks training

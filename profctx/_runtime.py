@@ -22,7 +22,7 @@ from ._log import logger, warn_once
 from ._manifest import ManifestWriter
 from ._scope import Scope
 from ._window import StepWindow
-from .backends import backend_class, resolve_tool
+from .backends import backend_class, choose_tool
 
 
 class Frame:
@@ -49,7 +49,9 @@ class Runtime:
     def __init__(self, config: ProfilerConfig) -> None:
         self.config = config
         self.window: StepWindow = config.steps or StepWindow()
-        self.tool = resolve_tool(config.tool)
+        self.tool, self.tool_note = choose_tool(config.tool)
+        if self.tool_note is not None:
+            logger.info("profctx: %s", self.tool_note)
         self.backend: Any = backend_class(self.tool)()
         self.save_path = Path(config.save_path).expanduser().absolute()
         self.run_id = config.run_id or os.environ.get("PROFCTX_RUN_ID") or new_run_id()

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from typing import Any
 
 from ._base import Backend, CaptureSpec, Finish, check_config, no_files
 
-__all__ = ["Backend", "CaptureSpec", "Finish", "backend_class", "check_config", "known", "no_files", "register",
-           "resolve_tool"]
+__all__ = ["Backend", "CaptureSpec", "Finish", "backend_class", "check_config", "choose_tool", "known", "no_files",
+           "register", "resolve_tool"]
 
 _REGISTRY: dict[str, str | type[Any]] = {
     "torch": "profctx.backends.torch:TorchBackend",
     "noop": "profctx.backends.noop:NoopBackend",
     "recording": "profctx.testing._recording:RecordingBackend",
+    "npu": "profctx.backends.npu:NpuBackend",
+    "nsys": "profctx.backends.nsys:NsysBackend",
+    "torch_memory": "profctx.backends.torch_memory:TorchMemoryBackend",
 }
 
 
@@ -30,17 +32,29 @@ def known() -> tuple[str, ...]:
 
 def resolve_tool(tool: str) -> str:
     """Return the concrete tool ``tool`` stands for (``auto`` picks ``npu`` where an NPU is present)."""
+    return choose_tool(tool)[0]
+
+
+def choose_tool(tool: str) -> tuple[str, str | None]:
+    """Return the concrete tool ``tool`` stands for and, for ``auto``, why it was chosen.
+
+    ``auto`` is ``npu`` when torch_npu imports and reports an NPU, else ``torch``.
+    """
     if tool != "auto":
-        return tool
-    if "npu" in _REGISTRY and importlib.util.find_spec("torch_npu") is not None:
+        return tool, None
+    if "npu" in _REGISTRY:
         try:
             import torch_npu  # type: ignore[import-not-found]
-
-            if torch_npu.npu.is_available():
-                return "npu"
-        except Exception:  # noqa: BLE001 - a broken torch_npu install means: not an NPU machine
-            pass
-    return "torch"
+        except ImportError:
+            return "torch", "tool='auto' chose 'torch': torch_npu is not installed"
+        try:
+            present = bool(torch_npu.npu.is_available())
+        except Exception as exc:  # noqa: BLE001 - a broken torch_npu install means: not an NPU machine
+            return "torch", f"tool='auto' chose 'torch': torch_npu.npu.is_available() failed ({exc})"
+        if present:
+            return "npu", "tool='auto' chose 'npu': torch_npu is installed and an NPU is available"
+        return "torch", "tool='auto' chose 'torch': torch_npu is installed but no NPU is available"
+    return "torch", "tool='auto' chose 'torch': no npu backend is registered"
 
 
 def backend_class(tool: str) -> type[Any]:

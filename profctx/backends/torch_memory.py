@@ -1,0 +1,149 @@
+"""The ``torch_memory`` backend: CUDA memory history over a capture, saved as a snapshot file.
+
+Open the file at https://pytorch.org/memory_viz (drag and drop) or with
+``python -m torch.cuda._memory_viz trace_plot FILE -o FILE.html``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Final
+
+from .._errors import ConfigError, one_of
+from .._layout import temporary
+from ._base import CaptureSpec, Finish
+
+if TYPE_CHECKING:
+    from .._config import ProfilerConfig
+
+#: ``contents`` this backend understands: memory history is CUDA's; ``stack`` adds C++ frames.
+CONTENTS: Final = ("cuda", "memory", "stack")
+#: Options this backend reads from ``tool_options``, with their defaults.
+DEFAULTS: Final[Mapping[str, Any]] = {"max_entries": 100_000, "stack_depth": 32, "context": "all"}
+#: ``tool_options["context"]``: which events keep a stack trace (torch's ``context`` argument).
+CONTEXTS: Final = ("state", "alloc", "all")
+#: File suffix of the snapshot.
+SUFFIX: Final = ".memory_snapshot.pickle"
+
+
+class TorchMemoryBackend:
+    """Record CUDA allocator history during a capture; dump it as ``{stem}.memory_snapshot.pickle``.
+
+    Empty ``contents`` means CUDA memory with Python frames; ``stack`` adds C++ frames.
+    ``tool_options``: ``max_entries`` (history ring size, default 100000), ``stack_depth``
+    (frames kept per event in the file, default 32), ``context`` (state, alloc, all).
+    Role ranges are ``record_function`` annotations, stored in the snapshot.
+    """
+
+    name: ClassVar[str] = "torch_memory"
+
+    def __init__(self) -> None:
+        self._spec: CaptureSpec | None = None
+        self._depth = int(DEFAULTS["stack_depth"])
+
+    @classmethod
+    def check_config(cls, config: ProfilerConfig) -> None:
+        """Refuse a config this backend cannot run: a CPU-only torch build, bad contents or options."""
+        try:
+            import torch
+        except ImportError:
+            raise ConfigError("tool", config.tool, "the torch_memory backend needs torch with CUDA") from None
+        if not torch.backends.cuda.is_built():
+            raise ConfigError(
+                "tool", config.tool,
+                f"torch {torch.__version__} is a CPU-only build, which records no CUDA memory history; "
+                "install a CUDA build of torch",
+            )
+        for item in config.contents:
+            if item not in CONTENTS:
+                raise ConfigError("contents", item, f"the torch_memory backend records {one_of(CONTENTS)}")
+        settings(config.tool_options)
+
+    def prepare(self) -> None:
+        """Import ``torch.cuda.memory`` now."""
+        import torch.cuda.memory  # noqa: F401
+
+    def start(self, spec: CaptureSpec) -> None:
+        """Clear and start CUDA memory-history recording."""
+        import torch
+
+        opts = settings(spec.options)
+        kwargs: dict[str, Any] = {
+            "enabled": "all",
+            "context": opts["context"],
+            "stacks": "all" if "stack" in spec.contents else "python",
+            "max_entries": opts["max_entries"],
+            "clear_history": True,
+            "global_record_annotations": True,
+        }
+        try:
+            torch.cuda.memory._record_memory_history(**kwargs)
+        except TypeError:  # a torch without annotation recording
+            del kwargs["global_record_annotations"]
+            torch.cuda.memory._record_memory_history(**kwargs)
+        self._spec = spec
+        self._depth = opts["stack_depth"]
+
+    def stop(self) -> Finish:
+        """Take the snapshot, stop recording; return the writer of the snapshot file."""
+        import torch
+
+        spec, self._spec = self._spec, None
+        if spec is None:
+            raise RuntimeError("stop() without a live capture")
+        try:
+            snapshot = torch.cuda.memory._snapshot()
+        finally:
+            torch.cuda.memory._record_memory_history(enabled=None)
+        depth = self._depth
+        return lambda: _write(spec, snapshot, depth)
+
+    def range(self, name: str) -> contextlib.AbstractContextManager[Any]:
+        """Return ``torch.profiler.record_function(name)``: an annotation in the memory history."""
+        from torch.profiler import record_function
+
+        cm: contextlib.AbstractContextManager[Any] = record_function(name)
+        return cm
+
+    def step(self) -> None:
+        """Do nothing."""
+
+
+def settings(options: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the torch_memory options with defaults filled in; raise ``ConfigError``."""
+    for key in options:
+        if key not in DEFAULTS:
+            raise ConfigError(f"tool_options.{key}", options[key], f"torch_memory options: {', '.join(DEFAULTS)}")
+    out = {**DEFAULTS, **options}
+    for key in ("max_entries", "stack_depth"):
+        value = out[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"tool_options.{key}", value, "an integer >= 1")
+    if out["context"] not in CONTEXTS:
+        raise ConfigError("tool_options.context", out["context"], one_of(CONTEXTS))
+    return out
+
+
+def _trim(snapshot: dict[str, Any], depth: int) -> None:
+    for segment in snapshot.get("segments", ()):
+        for block in segment.get("blocks", ()):
+            if "frames" in block:
+                block["frames"] = block["frames"][:depth]
+    for trace in snapshot.get("device_traces", ()):
+        for entry in trace:
+            if "frames" in entry:
+                entry["frames"] = entry["frames"][:depth]
+
+
+def _write(spec: CaptureSpec, snapshot: dict[str, Any], depth: int) -> Sequence[Path]:
+    _trim(snapshot, depth)
+    final = spec.folder / f"{spec.stem}{SUFFIX}"
+    tmp = temporary(final)
+    with open(tmp, "wb") as f:
+        pickle.dump(snapshot, f, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(tmp, final)
+    return (final,)
