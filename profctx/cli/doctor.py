@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         width = max(len(f.subject) for f in findings)
         for finding in findings:
             mark, colour = _MARK[finding.level]
-            print(f"{style(f'[{mark:^4}]', colour)} {finding.subject.ljust(width)}  {finding.message}")
+            print(f"{style(f'[{mark}]'.ljust(6), colour)} {finding.subject.ljust(width)}  {finding.message}")
     return FINDINGS if any(f.level == "fail" for f in findings) else OK
 
 

@@ -1,0 +1,191 @@
+"""``profctx merge``: one valid, clock-aligned trace of every rank and role of a step."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from profctx import _tracejson
+from profctx._manifest import read
+from profctx._tracejson import TraceFormatError, TraceStream
+from profctx.cli import main
+
+from .tef import problems
+
+
+def _load(path: Path) -> dict[str, Any]:
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        data: dict[str, Any] = json.load(fh)
+    return data
+
+
+def test_merge_writes_a_valid_trace_of_every_rank_and_role(run_dir: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "step1.json.gz"
+    assert main(["merge", str(run_dir), "--step", "1", "-o", str(out)]) == 0
+    assert "4 traces" in capsys.readouterr().out
+    trace = _load(out)
+    assert problems(trace) == []
+    names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "process_name"}
+    assert sorted(names.values()) == ["rank 0 · actor_update", "rank 0 · rollout",
+                                      "rank 1 · actor_update", "rank 1 · rollout"]
+    # Ranks sort before one another, then roles in start order.
+    order = {e["pid"]: e["args"]["sort_index"] for e in trace["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "process_sort_index"}
+    assert [names[p] for p in sorted(order, key=order.get)] == [
+        "rank 0 · rollout", "rank 0 · actor_update", "rank 1 · rollout", "rank 1 · actor_update"]
+    labels = [e["args"]["labels"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "process_labels"]
+    assert all("run clirun" in label and "of 2" in label for label in labels)
+    captures = trace["profctx"]["captures"]
+    assert {(c["rank"], c["role"]) for c in captures} == {(0, "rollout"), (0, "actor_update"), (1, "rollout"),
+                                                         (1, "actor_update")}
+    assert all(c["trace_distributedInfo"]["rank"] == c["rank"] and c["trace_profctx"]["capture"] == c["capture"]
+               for c in captures)
+    ops = {e["name"] for e in trace["traceEvents"] if e.get("cat") == "cpu_op"}
+    assert {"aten::mm", "aten::relu"} <= ops
+
+
+def test_merge_aligns_every_capture_to_wall_clock(run_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "step2.json"
+    assert main(["merge", str(run_dir), "--step", "2", "-o", str(out)]) == 0
+    trace = json.loads(out.read_text())
+    base_us = trace["baseTimeNanoseconds"] / 1000
+    by_capture = {r["capture"]: r for r in read(run_dir)}
+    pids = {pid: c["capture"] for c in trace["profctx"]["captures"] for pid in c["pids"]}
+    checked = 0
+    for event in trace["traceEvents"]:
+        if event.get("cat") != "cpu_op":
+            continue
+        record = by_capture[pids[event["pid"]]]
+        wall = (base_us + event["ts"]) / 1e6
+        # Every operation lies inside its capture's manifest interval (50 ms slack for clock reads).
+        assert record["start_time"] - 0.05 <= wall <= record["end_time"] + 0.05
+        checked += 1
+    assert checked > 5
+    # Captures were made one rank after the other: rank 0's rollout precedes rank 1's in the merged clock.
+    first = {}
+    for event in trace["traceEvents"]:
+        if event.get("cat") == "cpu_op":
+            capture = by_capture[pids[event["pid"]]]
+            key = (capture["rank"], capture["role"])
+            first[key] = min(first.get(key, event["ts"]), event["ts"])
+    assert first[(0, "rollout")] < first[(1, "rollout")]
+
+
+def _trace_file(path: Path, events: list[dict[str, Any]], *, head: dict[str, Any] | None = None,
+                tail: dict[str, Any] | None = None, bare: bool = False) -> None:
+    if bare:
+        text = json.dumps(events)
+    else:
+        text = json.dumps({**(head or {}), "traceEvents": events, **(tail or {})}, indent=2)
+    path.write_text(text)
+
+
+def _fake_run(tmp_path: Path, traces: dict[str, tuple[dict[str, Any], float]]) -> Path:
+    """Write a manifest for hand-made trace files: name -> (writer kwargs, start_time)."""
+    run = tmp_path / "run"
+    (run / ".profctx").mkdir(parents=True)
+    lines = []
+    for rank, (name, (kwargs, start)) in enumerate(traces.items()):
+        folder = run / "step000004" / "rollout"
+        folder.mkdir(parents=True, exist_ok=True)
+        _trace_file(folder / name, **kwargs)
+        lines.append({"v": 1, "run": "r", "rank": rank, "world_size": 2, "host": "h", "pid": 10 + rank,
+                      "capture": f"c{rank}", "kind": "role", "steps": [4], "step": 4, "role": "rollout",
+                      "event": "finished", "status": "ok", "start_time": start, "end_time": start + 1,
+                      "files": [{"path": f"step000004/rollout/{name}", "bytes": 1}]})
+    (run / ".profctx" / "r.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return run
+
+
+def test_merge_clock_conventions_and_unique_flow_ids(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    flow = [{"ph": "s", "id": 7, "pid": 5, "tid": 1, "ts": 10, "name": "f", "cat": "ac2g"},
+            {"ph": "f", "id": 7, "pid": 5, "tid": 2, "ts": 20, "name": "f", "cat": "ac2g", "bp": "e"}]
+    x = {"ph": "X", "name": "op", "pid": 5, "tid": "stream 7", "ts": 100.0, "dur": 5.0}
+    run = _fake_run(tmp_path, {
+        # torch convention: ts relative to baseTimeNanoseconds, which comes after the events here.
+        "a.json": ({"events": [x, *flow], "tail": {"baseTimeNanoseconds": 1_000_000_000_000_000_000}}, 1e9),
+        # already Unix microseconds, no base.
+        "b.json": ({"events": [{**x, "ts": 1_000_000_000_000_200.0},
+                               *({**f, "ts": f["ts"] + 1e15} for f in flow)], "bare": True}, 1e9),
+        # neither: placed at the capture's start time.
+        "c.json": ({"events": [{**x, "ts": 3.0}]}, 1e9 + 0.5),
+    })
+    out = tmp_path / "m.json.gz"
+    assert main(["merge", str(run), "--step", "4", "-o", str(out)]) == 0
+    assert "c.json has no clock base" in capsys.readouterr().out
+    trace = _load(out)
+    assert problems(trace) == []
+    assert trace["baseTimeNanoseconds"] == 1_000_000_000_000_000_000
+    ops = sorted(e["ts"] for e in trace["traceEvents"] if e["name"] == "op")
+    assert ops == [100.0, 200.0, 500_000.0]
+    ids = [e["id"] for e in trace["traceEvents"] if e["ph"] in "sf"]
+    assert len(ids) == 4 and len(set(ids)) == 2  # pairs kept together, captures kept apart
+    threads = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert "stream 7" in threads
+
+
+def test_merge_reports_a_damaged_input_and_keeps_the_rest(run_dir: Path, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    victim = next((copy / "step000001" / "rollout").glob("rank1-*.gz"))
+    data = victim.read_bytes()
+    victim.write_bytes(data[: len(data) // 2])
+    missing = next((copy / "step000001" / "actor_update").glob("rank1-*.gz"))
+    missing.unlink()
+    out = tmp_path / "m.json.gz"
+    assert main(["merge", str(copy), "--step", "1", "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert victim.name in err and f"{missing}: missing" in err
+    trace = _load(out)
+    assert problems(trace) == []
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    assert {"rank 0 · rollout", "rank 0 · actor_update"} <= names
+
+
+def test_merge_usage_errors(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["merge", str(run_dir), "--step", "9"]) == 2
+    err = capsys.readouterr().err
+    assert "no trace files for step 9" in err and "steps with captures: 1, 2" in err
+    assert main(["merge", str(run_dir), "--step", "1", "-o", str(tmp_path / "x.txt")]) == 2
+    assert "must end in .json.gz or .json" in capsys.readouterr().err
+
+
+def test_merge_progress_bar_is_drawn_when_asked(run_dir: Path, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["merge", str(run_dir), "--step", "1", "-o", str(tmp_path / "m.json"), "--progress"]) == 0
+    err = capsys.readouterr().err
+    assert "merging [" in err and "100%" in err
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64])
+def test_stream_reader_survives_any_chunk_boundary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   chunk: int) -> None:
+    events = [{"ph": "X", "name": f"op{i} \u00e9\\\"", "pid": 1, "tid": 2, "ts": 12345.678 + i, "dur": 1e-3 * i,
+               "args": {"nested": [1, {"a": None}]}} for i in range(20)]
+    head = {"schemaVersion": 1, "baseTimeNanoseconds": 1234567890123456789}
+    path = tmp_path / "t.json.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as fh:
+        json.dump({**head, "traceEvents": events, "traceName": "x"}, fh, indent=1)
+    monkeypatch.setattr(_tracejson, "CHUNK", chunk)
+    with TraceStream(path) as stream:
+        items = list(stream.items())
+    assert [v for k, v in items if k == "traceEvents"] == events
+    assert {k: v for k, v in items if k != "traceEvents"} == {**head, "traceName": "x"}
+
+
+def test_stream_reader_refuses_what_is_not_a_trace(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    path.write_text('"just a string"')
+    with pytest.raises(TraceFormatError, match="not a Chrome trace"), TraceStream(path) as stream:
+        list(stream.items())
+    path.write_text('{"traceEvents": [{"ph": "X"}, {"ph"')
+    with pytest.raises(TraceFormatError), TraceStream(path) as stream:
+        list(stream.items())
