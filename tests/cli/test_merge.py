@@ -80,11 +80,8 @@ def test_merge_aligns_every_capture_to_wall_clock(run_dir: Path, tmp_path: Path)
 
 def _trace_file(path: Path, events: list[dict[str, Any]], *, head: dict[str, Any] | None = None,
                 tail: dict[str, Any] | None = None, bare: bool = False) -> None:
-    if bare:
-        text = json.dumps(events)
-    else:
-        text = json.dumps({**(head or {}), "traceEvents": events, **(tail or {})}, indent=2)
-    path.write_text(text)
+    whole: Any = events if bare else {**(head or {}), "traceEvents": events, **(tail or {})}
+    path.write_text(json.dumps(whole, indent=2))
 
 
 def _fake_run(tmp_path: Path, traces: dict[str, tuple[dict[str, Any], float]]) -> Path:
