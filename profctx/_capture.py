@@ -171,14 +171,14 @@ class Capture:
         try:
             finish = rt.backend.stop()
         except Exception as exc:  # noqa: BLE001
+            _registry.release(self)
             self.status = "failed"
             self._finished("failed", error=exc, blocked=time.perf_counter() - t0, notes=notes)
             rt.failure("stop", exc, in_flight=in_flight)
             return
-        finally:
-            _registry.release(self)
         blocked = time.perf_counter() - t0
         end_wall = time.time()
+        _registry.release(self)
 
         def write() -> None:
             w0 = time.perf_counter()

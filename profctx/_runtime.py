@@ -190,7 +190,9 @@ class Runtime:
         """Handle a profiling failure: log once, keep it, raise only when asked to and safe."""
         message = f"{type(exc).__name__}: {exc}"
         self.errors.append(f"{what}: {message}")
-        warn_once(f"{what}:{type(exc).__name__}:{exc}", "profctx: %s failed: %s (training continues)", what, message)
+        # One warning per kind of failure; the manifest records every occurrence.
+        key = f"{what}:{type(exc).__name__}:{getattr(exc, 'errno', '')}"
+        warn_once(key, "profctx: %s failed: %s (training continues; repeats are logged at debug level)", what, message)
         if self.config.on_error == "raise" and not in_flight:
             raise ProfilingError(f"profiling {what} failed: {message}") from exc
 
