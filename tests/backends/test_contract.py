@@ -38,10 +38,9 @@ def files_of(save: Path, record: dict[str, Any]) -> list[Path]:
 def test_start_and_stop_balance_even_when_the_step_raises(harness: Harness, probe: Probe, tmp_path: Path) -> None:
     configure(harness, tmp_path, steps=[3, 4])
     error = ValueError("user bug")
-    with pytest.raises(ValueError) as caught:
-        with profctx.profile_step(3):
-            assert probe.running() or harness.tool == "noop"
-            raise error
+    with pytest.raises(ValueError) as caught, profctx.profile_step(3):
+        assert probe.running() or harness.tool == "noop"
+        raise error
     assert caught.value is error  # the user's exception, unchanged
     assert not probe.running()
     with profctx.profile_step(4):
@@ -75,9 +74,8 @@ def test_ranges_exist_only_while_a_capture_is_live(harness: Harness, probe: Prob
 
 def test_files_land_in_the_capture_folder_under_final_names(harness: Harness, probe: Probe, tmp_path: Path) -> None:
     configure(harness, tmp_path, steps=[3], mode="role")
-    with profctx.profile_step(3):
-        with profctx.profile_step(role="actor_update"):
-            pass
+    with profctx.profile_step(3), profctx.profile_step(role="actor_update"):
+        pass
     (record,) = captures(tmp_path)
     assert record["status"] == "ok", record
     assert record["folder"] == "step000003/actor_update"
@@ -118,9 +116,8 @@ def test_a_failure_is_recorded_not_raised(harness: Harness, probe: Probe, tmp_pa
 
 def test_a_second_concurrent_capture_is_refused(harness: Harness, probe: Probe, tmp_path: Path) -> None:
     configure(harness, tmp_path, steps=[3, 4, 7, 8])
-    with profctx.profile_step(3):
-        with profctx.profile_step(4):
-            pass
+    with profctx.profile_step(3), profctx.profile_step(4):
+        pass
     barrier = threading.Barrier(2)
     release = threading.Event()
 

@@ -1,0 +1,158 @@
+"""The nsys backend: configure-time refusal on CPU-only torch, range counts that match a real run, CLI."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import profctx
+from profctx._config import ProfilerConfig
+from profctx._manifest import read
+from profctx.backends import nsys
+from profctx.cli import main
+
+from .doubles import cuda as cuda_double
+
+Tree = dict[str, "Tree"]
+
+
+def enter(tree: Tree) -> None:
+    for name, children in tree.items():
+        with profctx.profile_step(role=name):
+            enter(children)
+
+
+def paths(tree: Tree, prefix: str = "") -> list[str]:
+    out = []
+    for name, children in tree.items():
+        out.append(prefix + name)
+        out += paths(children, prefix + name + "/")
+    return out
+
+
+@pytest.mark.skipif(torch.backends.cuda.is_built(), reason="needs a CPU-only torch build")
+def test_nsys_on_a_cpu_only_torch_build_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(AssertionError, match="not compiled with CUDA"):
+        torch.cuda.profiler.start()  # the fact the refusal rests on (engine-apis.md §4.2)
+    with pytest.raises(profctx.ConfigError) as caught:
+        profctx.configure(steps=[3], tool="nsys", save_path=str(tmp_path))
+    assert caught.value.field == "tool" and "CPU-only" in str(caught.value)
+
+
+TREE: Tree = {"rollout": {}, "train": {"actor_update": {}, "critic_update": {}}}
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"steps": [3, 4, 5]}, 3),
+        ({"steps": [3, 4, 5, 9], "contiguous": True}, 2),
+        ({"steps": "2:10:3"}, 3),
+        ({"steps": [3, 4], "mode": "role"}, 4),  # rollout, train (its children are ranges)
+        ({"steps": [3, 4], "mode": "role", "roles": ["*_update"]}, 4),  # actor_update, critic_update
+        ({"steps": [3], "mode": "role", "roles": ["train/actor_update", "rollout"]}, 2),
+        ({"steps": [3], "mode": "role", "roles": ["nothing"]}, 0),
+    ],
+)
+def test_the_range_count_is_the_number_of_ranges_a_run_opens(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fields: dict[str, Any], expected: int
+) -> None:
+    state = cuda_double.install_profiler(monkeypatch)
+    config = ProfilerConfig(tool="nsys", save_path=str(tmp_path), exit_hooks=False, **fields)
+    assert nsys.capture_ranges(config, paths(TREE)) == expected
+    profctx.configure(config)
+    for step in range(1, 12):
+        with profctx.profile_step(step):
+            enter(TREE)
+    assert state.starts == state.stops == expected
+    profctx.flush()
+    sidecars = sorted(tmp_path.rglob("*" + nsys.SIDECAR))
+    assert sorted(json.loads(p.read_text())["range"] for p in sidecars) == list(range(1, expected + 1))
+
+
+def test_the_sidecar_names_steps_role_and_nvtx_ranges_and_notes_a_missing_tool(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    cuda_double.install_profiler(monkeypatch)
+    profctx.configure(steps=[3], tool="nsys", mode="role", save_path=str(tmp_path), exit_hooks=False)
+    with profctx.profile_step(3):
+        enter(TREE)
+    profctx.flush()
+    records = read(tmp_path)
+    assert [r["role"] for r in records] == ["rollout", "train"]
+    train = records[1]
+    (path,) = [tmp_path / f["path"] for f in train["files"]]
+    data = json.loads(path.read_text())
+    assert (data["range"], data["steps"], data["role"]) == (2, [3], "train")
+    assert data["nvtx_ranges"] == ["actor_update", "critic_update"]  # the capture is the role itself
+    assert any("no NVTX tool is attached" in n for n in train["notes"])  # nvtx gives a dummy domain here
+
+
+def test_role_mode_without_roles_per_step_cannot_be_counted() -> None:
+    config = ProfilerConfig(steps=[3], mode="role", tool="nsys")
+    with pytest.raises(ValueError, match="roles_per_step"):
+        nsys.capture_ranges(config)
+    assert nsys.capture_ranges(config.replace(tool_options={"roles_per_step": 3})) == 3
+
+
+def test_command_line_and_ray_options() -> None:
+    config = ProfilerConfig(steps="3:6", tool="nsys", save_path="/runs/a", contents=["cuda", "memory"],
+                            tool_options={"nsys_options": {"t": "cuda,nvtx,cublas", "cuda-graph-trace": "graph"}})
+    argv = nsys.nsys_command(config, ["python", "train.py"])
+    assert argv[:2] == ["nsys", "profile"] and argv[-2:] == ["python", "train.py"]
+    assert "--capture-range=cudaProfilerApi" in argv
+    assert "--capture-range-end=repeat:3" in argv
+    assert "--trace=cuda,nvtx,cublas" in argv and "--cuda-memory-usage=true" in argv
+    assert "--output=/runs/a/nsys/%h_%p" in argv
+    ray = nsys.ray_nsight(config)
+    assert ray["capture-range"] == "cudaProfilerApi" and ray["capture-range-end"] == "repeat:3"
+    assert ray["o"] == "'profctx_%h_%p'" and "output" not in ray
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"nsys_options": {"capture-range-end": "stop"}}, "tool_options.nsys_options.capture-range-end"),
+        ({"nsys_options": {"-c": "nvtx"}}, "tool_options.nsys_options.c"),
+        ({"nsys_options": ["trace"]}, "tool_options.nsys_options"),
+        ({"roles_per_step": -1}, "tool_options.roles_per_step"),
+        ({"repeat": 3}, "tool_options.repeat"),
+    ],
+)
+def test_bad_nsys_options_are_refused_at_configure_time(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, options: dict[str, Any], field: str
+) -> None:
+    cuda_double.install_profiler(monkeypatch)
+    with pytest.raises(profctx.ConfigError) as caught:
+        profctx.configure(steps=[3], tool="nsys", save_path=str(tmp_path), tool_options=options)
+    assert caught.value.field == field
+
+
+def test_contents_nsys_cannot_record_are_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    cuda_double.install_profiler(monkeypatch)
+    with pytest.raises(profctx.ConfigError, match="nsys backend records"):
+        profctx.configure(steps=[3], tool="nsys", save_path=str(tmp_path), contents=["shapes"])
+
+
+def test_cli_prints_the_command_and_the_ray_options(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code = main(["nsys-command", "--steps", "3:6", "--mode", "role", "--step-roles", "rollout,train,train/update",
+                 "--save-path", str(tmp_path), "--", "python", "train.py", "--lr", "1"])
+    out, err = capsys.readouterr()
+    assert code == 0
+    argv = shlex.split(out)
+    assert "--capture-range-end=repeat:6" in argv and argv[-4:] == ["python", "train.py", "--lr", "1"]
+    assert "6 capture range(s)" in err
+    assert main(["nsys-command", "--steps", "1,2,5", "--contiguous", "--ray"]) == 0
+    assert json.loads(capsys.readouterr().out)["capture-range-end"] == "repeat:2"
+
+
+def test_cli_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["nsys-command", "--steps", "3:6", "--mode", "role"]) == 2
+    assert "roles_per_step" in capsys.readouterr().err
+    assert main(["nsys-command"]) == 2
+    assert main(["nsys-command", "--steps", "3:"]) == 2
