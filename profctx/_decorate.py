@@ -11,6 +11,15 @@ import wrapt
 
 from . import _state
 from ._policy import Session, profile_step
+from ._propagate import (
+    CARRIER_KEY,
+    carried_parent,
+    idle,
+    install_ray_support,
+    open_worker_gate,
+    ray_invocation,
+    receive,
+)
 from ._scope import SCOPE
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -31,6 +40,10 @@ def profiled(fn: Any = None, /, *, role: str | None = None) -> Any:
     coroutine functions, generators and async generators; keeps the signature. When no
     block of this process is inside an in-window step, the call goes straight to the
     function (the check is one C-level call); the role is then not set in ``current()``.
+
+    On a Ray actor, a call made from a process that profiles carries the caller's scope
+    (and config) in the reserved keyword ``__profctx__``, which is removed before the
+    function runs; see ``docs/distributed.md``.
     """
     if fn is None:
         return functools.partial(_decorate, role=role)
@@ -52,31 +65,124 @@ def _decorate(fn: Any, *, role: str | None) -> Any:
         wrapper = _generator_wrapper(name)
     else:
         wrapper = _function_wrapper(name)
-    return wrapt.FunctionWrapper(fn, wrapper, enabled=_state.GATE.__len__)  # type: ignore[arg-type]
+    if not hasattr(target, "__ray_invocation_decorator__"):
+        # Ray applies this on the caller's side of every actor call: it adds the carrier.
+        target.__ray_invocation_decorator__ = ray_invocation  # type: ignore[union-attr]
+    install_ray_support()
+    open_worker_gate()
+    profiled_fn = ProfiledFunction(fn, wrapper, enabled=_state.GATE.__len__)  # type: ignore[arg-type]
+    profiled_fn._self_profctx_role = role
+    return profiled_fn
+
+
+class ProfiledFunction(wrapt.FunctionWrapper):  # type: ignore[misc,type-arg]
+    """The wrapper ``@profiled`` returns; pickled as "decorate this function again".
+
+    cloudpickle would otherwise pickle it as the bare function it proxies (see
+    :func:`profctx._propagate.install_ray_support`).
+    """
+
+    _self_profctx_role: str | None
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        return _rebuild, (self.__wrapped__, self._self_profctx_role)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return self.__reduce_ex__(2)
+
+
+class ProfiledBoundFunction(wrapt.BoundFunctionWrapper):  # type: ignore[misc,type-arg]
+    """A :class:`ProfiledFunction` bound by attribute access; pickled as that access done again.
+
+    Ray's actor machinery keeps such bound wrappers in closures of the class it pickles.
+    """
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        return _rebind, (self._self_parent, self._self_instance, self._self_owner)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return self.__reduce_ex__(2)
+
+
+ProfiledFunction.__bound_function_wrapper__ = ProfiledBoundFunction
+
+
+def _rebind(parent: ProfiledFunction, instance: Any, owner: Any) -> Any:
+    """Unpickle a :class:`ProfiledBoundFunction`."""
+    return parent.__get__(instance, owner)
+
+
+def _rebuild(fn: Any, role: str | None) -> Any:
+    """Unpickle a :class:`ProfiledFunction`: decorate ``fn`` again in this process."""
+    return _decorate(fn, role=role)
+
+
+_NOTHING = object()
+
+
+def _carried(kwargs: dict[str, Any]) -> Any:
+    """Remove the reserved carrier keyword; return the scope to adopt, ``None`` (unusable) or ``_NOTHING``."""
+    data = kwargs.pop(CARRIER_KEY, _NOTHING)
+    return _NOTHING if data is _NOTHING else receive(data)
 
 
 def _function_wrapper(role: str) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        with profile_step(role=role):
+        scope: Any = _carried(kwargs) if kwargs else _NOTHING
+        if scope is _NOTHING:
+            if idle():
+                return wrapped(*args, **kwargs)
+            with profile_step(role=role):
+                return wrapped(*args, **kwargs)
+        if scope is None:
             return wrapped(*args, **kwargs)
+        token = SCOPE.set(carried_parent(scope))
+        try:
+            with profile_step(scope.step, role):
+                return wrapped(*args, **kwargs)
+        finally:
+            SCOPE.reset(token)
 
     return wrapper
 
 
 def _coroutine_wrapper(role: str) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        scope: Any = _carried(kwargs) if kwargs else _NOTHING
+        if scope is None or (scope is _NOTHING and idle()):
+            return wrapped(*args, **kwargs)
+
         async def run() -> Any:
-            async with profile_step(role=role):
-                return await wrapped(*args, **kwargs)
+            if scope is _NOTHING:
+                async with profile_step(role=role):
+                    return await wrapped(*args, **kwargs)
+            token = SCOPE.set(carried_parent(scope))
+            try:
+                async with profile_step(scope.step, role):
+                    return await wrapped(*args, **kwargs)
+            finally:
+                SCOPE.reset(token)
 
         return run()
 
     return wrapper
 
 
+def _session(kwargs: dict[str, Any], role: str) -> Session | None:
+    """The session of a generator call: under the carried scope if one came, else the ambient one."""
+    scope: Any = _carried(kwargs) if kwargs else _NOTHING
+    if scope is _NOTHING:
+        return None if idle() else Session(SCOPE.get(), None, role, {})
+    if scope is None:
+        return None
+    return Session(carried_parent(scope), scope.step, role, {})
+
+
 def _generator_wrapper(role: str) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        session = Session(SCOPE.get(), None, role, {})
+        session = _session(kwargs, role)
+        if session is None:
+            return wrapped(*args, **kwargs)
         return _drive(session, wrapped(*args, **kwargs))
 
     return wrapper
@@ -117,7 +223,9 @@ def _drive(session: Session, gen: Generator[Any, Any, Any]) -> Generator[Any, An
 
 def _async_generator_wrapper(role: str) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        session = Session(SCOPE.get(), None, role, {})
+        session = _session(kwargs, role)
+        if session is None:
+            return wrapped(*args, **kwargs)
         return _adrive(session, wrapped(*args, **kwargs))
 
     return wrapper

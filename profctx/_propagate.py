@@ -1,0 +1,464 @@
+"""Propagation: carry the ambient scope (and the config) into other processes, threads and actors.
+
+A snapshot is a small JSON-safe dict ``{"v": VERSION, "scope": {...}, "config": {...}|None,
+"rank": int|None, "world_size": int|None}``. ``inject`` writes it into a carrier (a dict, the
+environment, HTTP headers), ``extract`` reads it back, ``adopt`` makes it ambient. A process
+with no configuration of its own configures itself from the one carried along.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextvars
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping, MutableMapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextvars import ContextVar, Token
+from types import TracebackType
+from typing import Any, Final, Literal, TypeVar, final
+
+from . import _state
+from ._config import ProfilerConfig
+from ._errors import ConfigError
+from ._log import logger
+from ._policy import profile_step
+from ._scope import SCOPE, Scope
+
+R = TypeVar("R")
+
+#: Version of the snapshot format. A receiver refuses other versions (the call runs unprofiled).
+VERSION: Final = 1
+#: The reserved call keyword carrying a snapshot into a ``@profiled`` Ray actor method.
+CARRIER_KEY: Final = "__profctx__"
+#: The environment variable carrying a snapshot into a spawned process (JSON).
+ENV_VAR: Final = "PROFCTX_CONTEXT"
+#: The HTTP header carrying a snapshot (URL-safe base64 of the JSON, so any header stack passes it).
+HEADER: Final = "profctx-context"
+
+Carrier = Literal["dict", "env", "headers"]
+
+#: Rank and world size the next outgoing actor call carries (set by ``profctx.ray`` helpers).
+TARGET: ContextVar[tuple[int | None, int | None]] = ContextVar("profctx.target", default=(None, None))
+
+
+@final
+class _WorkerGate:
+    """The token held in ``_state.GATE`` while this process is a Ray worker (see :func:`open_worker_gate`)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<profctx Ray worker gate>"
+
+
+#: A carrier can arrive in a Ray worker at any time, so its ``@profiled`` wrappers must always
+#: run to remove the reserved keyword: this token keeps ``GATE`` non-empty there.
+WORKER_GATE: Final = _WorkerGate()
+
+
+# -- snapshots --------------------------------------------------------------------------------
+
+
+def snapshot(*, rank: int | None = None, world_size: int | None = None, config: bool = True) -> dict[str, Any]:
+    """Return the ambient scope (and, with ``config``, the active configuration) as a JSON-safe dict.
+
+    ``rank`` / ``world_size``: the receiver's place in the job, when the sender knows it
+    (e.g. its position in an actor group); ``None`` lets the receiver detect its own.
+    """
+    cfg = _state.CONFIG if config else None
+    return {
+        "v": VERSION,
+        "scope": SCOPE.get().to_dict(),
+        "config": None if cfg is None else _config_dict(cfg),
+        "rank": rank,
+        "world_size": world_size,
+    }
+
+
+_config_cache: list[tuple[ProfilerConfig, dict[str, Any]]] = []
+
+
+def _config_dict(config: ProfilerConfig) -> dict[str, Any]:
+    # Cached for the current config object (frozen, sent with every carried call); the
+    # receiver's rank and world size are its own, never the sender's.
+    if _config_cache and _config_cache[0][0] is config:
+        return _config_cache[0][1]
+    data = config.to_dict()
+    data["rank"] = None
+    data["world_size"] = None
+    _config_cache[:] = [(config, data)]
+    return data
+
+
+def outgoing() -> dict[str, Any] | None:
+    """Return the snapshot an outgoing actor call carries, or ``None`` when nothing can be captured."""
+    if _state.RUNTIME is None:
+        return None
+    rank, world_size = TARGET.get()
+    return snapshot(rank=rank, world_size=world_size)
+
+
+def _check(data: object) -> dict[str, Any] | None:
+    """Return ``data`` if it is a snapshot of this version; log an error once and return ``None`` if not."""
+    if not isinstance(data, Mapping):
+        _refuse(f"a snapshot must be a mapping, got {type(data).__name__}")
+        return None
+    version = data.get("v")
+    if version != VERSION:
+        _refuse(f"snapshot version {version!r} is not supported (this profctx reads version {VERSION}); "
+                "upgrade profctx to the same version on every process")
+        return None
+    if not isinstance(data.get("scope"), Mapping):
+        _refuse("the snapshot has no 'scope' mapping")
+        return None
+    return dict(data)
+
+
+_refused: set[str] = set()
+
+
+def _refuse(message: str) -> None:
+    if message in _refused:
+        return
+    _refused.add(message)
+    logger.error("profctx: cannot adopt the carried scope: %s; this call runs unprofiled", message)
+
+
+def receive(data: object) -> Scope | None:
+    """Check a carried snapshot, configure this process from it if needed, return its scope.
+
+    Returns ``None`` (after logging once) for an unreadable or incompatible snapshot: the
+    caller then runs unprofiled. Never raises.
+    """
+    snap = _check(data)
+    if snap is None:
+        return None
+    try:
+        scope = Scope.from_dict(snap["scope"])
+        _configure_from(snap)
+    except (ConfigError, ValueError, TypeError) as exc:
+        _refuse(f"{type(exc).__name__}: {exc}")
+        return None
+    return scope
+
+
+def _configure_from(snap: Mapping[str, Any]) -> None:
+    """Configure this process from the carried config unless it has a configuration of its own."""
+    carried = snap.get("config")
+    if carried is None:
+        return
+    key = (carried, snap.get("rank"), snap.get("world_size"))
+    previous = _state.CARRIED
+    current = _state.CONFIG
+    if current is not None and (previous is None or current is not previous[1]):
+        return  # configured by this process itself: its own config wins
+    if previous is not None and current is previous[1] and previous[0] == key:
+        return  # same carried config as last time: nothing to do
+    from . import _api
+
+    data = dict(carried)
+    if snap.get("rank") is not None:
+        data["rank"] = snap["rank"]
+    if snap.get("world_size") is not None:
+        data["world_size"] = snap["world_size"]
+    config = _api.configure(ProfilerConfig.from_mapping(data))
+    _state.CARRIED = (key, config) if config is not None else None
+
+
+# -- carriers ---------------------------------------------------------------------------------
+
+
+def inject(
+    carrier: MutableMapping[str, Any],
+    kind: Carrier | None = None,
+    *,
+    rank: int | None = None,
+    world_size: int | None = None,
+) -> MutableMapping[str, Any]:
+    """Write the ambient scope and config into ``carrier``; return the carrier.
+
+    ``kind``: ``"dict"`` (the snapshot dict under the reserved key ``__profctx__``, e.g. call
+    keywords), ``"env"`` (JSON in ``PROFCTX_CONTEXT``, for a process about to be spawned) or
+    ``"headers"`` (``profctx-context``, base64 JSON). Default: ``"env"`` for ``os.environ``,
+    else ``"dict"``. ``rank`` / ``world_size`` set the receiver's identity when known.
+    """
+    data = snapshot(rank=rank, world_size=world_size)
+    kind = _kind(carrier, kind)
+    if kind == "dict":
+        carrier[CARRIER_KEY] = data
+    elif kind == "env":
+        carrier[ENV_VAR] = json.dumps(data, separators=(",", ":"), default=str)
+    else:
+        raw = json.dumps(data, separators=(",", ":"), default=str).encode()
+        carrier[HEADER] = base64.urlsafe_b64encode(raw).decode("ascii")
+    return carrier
+
+
+def extract(carrier: Mapping[str, Any], kind: Carrier | None = None) -> dict[str, Any] | None:
+    """Return the snapshot found in ``carrier`` (see :func:`inject`), or ``None`` if there is none.
+
+    A snapshot that cannot be read or has another version is logged once as an error and
+    gives ``None``: the caller proceeds unprofiled.
+    """
+    kind = _kind(carrier, kind)
+    raw: Any
+    if kind == "dict":
+        raw = carrier.get(CARRIER_KEY)
+        if raw is None:
+            return None
+    elif kind == "env":
+        text = carrier.get(ENV_VAR)
+        if not text:
+            return None
+        try:
+            raw = json.loads(text)
+        except (TypeError, ValueError) as exc:
+            _refuse(f"{ENV_VAR} is not JSON ({exc})")
+            return None
+    else:
+        text = next((v for k, v in carrier.items() if str(k).lower() == HEADER), None)
+        if not text:
+            return None
+        try:
+            raw = json.loads(base64.urlsafe_b64decode(str(text).encode("ascii")))
+        except (ValueError, binascii.Error, UnicodeError) as exc:
+            _refuse(f"header {HEADER} is not base64 JSON ({exc})")
+            return None
+    return _check(raw)
+
+
+def _kind(carrier: object, kind: Carrier | None) -> Carrier:
+    if kind is None:
+        return "env" if carrier is os.environ else "dict"
+    if kind not in ("dict", "env", "headers"):
+        raise ValueError(f"kind: {kind!r} is not valid; one of 'dict', 'env', 'headers'")
+    return kind
+
+
+@final
+class adopt:  # noqa: N801 - used like a function: ``with adopt(snapshot):``
+    """Make a carried snapshot's scope ambient for a block (sync ``with`` or ``async with``).
+
+    The step, role path and tags become those of the sender; the block acts as a step block
+    (``mode="step"`` opens a capture for it), and roles entered inside nest under the
+    sender's role path. Without a configuration of its own, this process configures itself
+    from the carried one first. ``None`` or an unusable snapshot gives a block that does
+    nothing (an incompatible version is logged once).
+    """
+
+    __slots__ = ("_data", "_inner", "_token")
+
+    def __init__(self, snapshot: Mapping[str, Any] | None) -> None:
+        self._data = snapshot
+        self._inner: profile_step | None = None
+        self._token: Token[Scope] | None = None
+
+    def _begin(self) -> profile_step | None:
+        if self._data is None:
+            return None
+        scope = receive(self._data)
+        if scope is None:
+            return None
+        self._token = SCOPE.set(Scope(None, scope.roles, scope.tags))
+        self._inner = profile_step(scope.step)
+        return self._inner
+
+    def _end(self) -> None:
+        token, self._token, self._inner = self._token, None, None
+        if token is not None:
+            SCOPE.reset(token)
+
+    def __enter__(self) -> Scope:
+        inner = self._begin()
+        if inner is None:
+            return SCOPE.get()
+        try:
+            return inner.__enter__()
+        except BaseException:
+            self._end()
+            raise
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        inner = self._inner
+        try:
+            if inner is not None:
+                inner.__exit__(exc_type, exc, tb)
+        finally:
+            self._end()
+
+    async def __aenter__(self) -> Scope:
+        inner = self._begin()
+        if inner is None:
+            return SCOPE.get()
+        try:
+            return await inner.__aenter__()
+        except BaseException:
+            self._end()
+            raise
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        inner = self._inner
+        try:
+            if inner is not None:
+                await inner.__aexit__(exc_type, exc, tb)
+        finally:
+            self._end()
+
+
+def carried_parent(scope: Scope) -> Scope:
+    """Return the scope a received call's blocks nest under: the sender's roles and tags, no step."""
+    return Scope(None, scope.roles, scope.tags)
+
+
+# -- threads ----------------------------------------------------------------------------------
+
+
+def bind(fn: Callable[..., R]) -> Callable[..., R]:
+    """Return ``fn`` bound to a copy of the caller's context, for thread pools and executors.
+
+    ``ThreadPoolExecutor.submit`` and ``loop.run_in_executor`` run callables in the worker
+    thread's own context, so the scope is lost there; ``pool.submit(bind(fn), x)`` keeps it.
+    Each call of the result runs in a fresh copy, so it can be called concurrently.
+    """
+    context = contextvars.copy_context()
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> R:
+        return context.copy().run(fn, *args, **kwargs)
+
+    return run
+
+
+class ScopedThreadPoolExecutor(ThreadPoolExecutor):
+    """A ``ThreadPoolExecutor`` whose ``submit`` (and so ``map`` and ``run_in_executor``) keeps the scope.
+
+    Each task runs in a copy of the submitting thread's context, as ``asyncio.to_thread`` does.
+    """
+
+    def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> Future[R]:
+        """Schedule ``fn(*args, **kwargs)`` in a copy of the caller's context."""
+        context = contextvars.copy_context()
+        return super().submit(context.run, fn, *args, **kwargs)
+
+
+# -- Ray worker side ----------------------------------------------------------------------------
+
+
+def in_ray_worker() -> bool:
+    """Return whether this process is a Ray worker (an actor or task process)."""
+    ray = sys.modules.get("ray")
+    if ray is None:
+        return False
+    try:
+        worker = ray._private.worker.global_worker
+        return bool(worker.mode == ray.WORKER_MODE)
+    except Exception:  # noqa: BLE001 - a Ray we do not know: assume not a worker
+        return False
+
+
+def open_worker_gate() -> None:
+    """Keep ``@profiled`` wrappers active in this process if it is a Ray worker (idempotent)."""
+    if WORKER_GATE not in _state.GATE and in_ray_worker():
+        _state.GATE.append(WORKER_GATE)
+
+
+def idle() -> bool:
+    """Return whether no block of this process is inside an in-window step (ignoring the worker gate)."""
+    gate = _state.GATE
+    return len(gate) == gate.count(WORKER_GATE)
+
+
+def ray_invocation(invocation: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """Wrap a Ray actor method invocation so it carries the ambient scope (``__ray_invocation_decorator__``).
+
+    Ray calls this on the caller's side for every ``handle.method.remote(...)`` of a
+    ``@profiled`` method; nothing is added while this process cannot capture anything.
+    """
+
+    def invoke(args: Any, kwargs: Any) -> Any:
+        data = outgoing()
+        if data is None:
+            return invocation(args, kwargs)
+        try:
+            return invocation(args, {**(kwargs or {}), CARRIER_KEY: data})
+        except TypeError as exc:
+            # Ray checks arguments before sending anything, so retrying without the keyword
+            # is safe: this handle's metadata was built before profctx could extend it.
+            if CARRIER_KEY not in str(exc):
+                raise
+            _refuse("this actor class was made remote before profctx was imported next to ray; "
+                    "import profctx before calling ray.remote")
+            return invocation(args, kwargs)
+
+    return invoke
+
+
+# -- Ray and cloudpickle support ---------------------------------------------------------------
+
+
+def install_ray_support() -> None:
+    """Prepare loaded Ray and cloudpickle modules for ``@profiled`` methods (idempotent, cheap).
+
+    - cloudpickle pickles classes defined in ``__main__`` (or inside functions) by value and
+      treats a wrapt wrapper as the plain function it proxies, so the wrapper is silently
+      lost in the actor process (cloudpipe/cloudpickle#464). profctx's wrappers are pickled
+      as "decorate this function again" instead.
+    - Ray checks call arguments against the user's function signature before sending, so the
+      reserved keyword is added to the signature Ray keeps for the method (only there:
+      ``inspect.signature`` of the user's function is unchanged).
+    """
+    for name in ("ray.cloudpickle.cloudpickle", "cloudpickle.cloudpickle"):
+        pickler = getattr(sys.modules.get(name), "Pickler", None)
+        if pickler is None or getattr(pickler, "_profctx_patched", False):
+            continue
+        original = getattr(pickler, "reducer_override", None)
+        if original is not None:
+            pickler.reducer_override = _reducer(original)
+            pickler._profctx_patched = True
+    actor_module = sys.modules.get("ray.actor")
+    meta = getattr(actor_module, "_ActorClassMethodMetadata", None)
+    if meta is not None and not getattr(meta, "_profctx_patched", False):
+        create = meta.__dict__.get("create")
+        if isinstance(create, classmethod):
+            meta.create = classmethod(_metadata_create(create.__func__))
+            meta._profctx_patched = True
+
+
+def _reducer(original: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    from ._decorate import ProfiledBoundFunction, ProfiledFunction
+
+    ours = (ProfiledFunction, ProfiledBoundFunction)
+
+    def reducer_override(self: Any, obj: Any) -> Any:
+        if type(obj) in ours:
+            return obj.__reduce_ex__(2)
+        return original(self, obj)
+
+    return reducer_override
+
+
+def _metadata_create(original: Callable[..., Any]) -> Callable[..., Any]:
+    import inspect
+
+    param = inspect.Parameter(CARRIER_KEY, inspect.Parameter.KEYWORD_ONLY, default=None)
+
+    def create(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        meta = original(cls, *args, **kwargs)
+        signatures = getattr(meta, "signatures", None)
+        for name, decorator in dict(getattr(meta, "decorators", None) or {}).items():
+            params = None if signatures is None else signatures.get(name)
+            if decorator is not ray_invocation or params is None:
+                continue
+            if all(p.name != CARRIER_KEY and p.kind is not p.VAR_KEYWORD for p in params):
+                signatures[name] = [*params, param]
+        return meta
+
+    return create
