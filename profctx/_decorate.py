@@ -104,7 +104,7 @@ class ProfiledBoundFunction(wrapt.BoundFunctionWrapper):  # type: ignore[misc,ty
         return self.__reduce_ex__(2)
 
 
-ProfiledFunction.__bound_function_wrapper__ = ProfiledBoundFunction
+ProfiledFunction.__bound_function_wrapper__ = ProfiledBoundFunction  # type: ignore[misc]
 
 
 def _rebind(parent: ProfiledFunction, instance: Any, owner: Any) -> Any:

@@ -452,7 +452,7 @@ def _metadata_create(original: Callable[..., Any]) -> Callable[..., Any]:
 
     def create(cls: Any, *args: Any, **kwargs: Any) -> Any:
         meta = original(cls, *args, **kwargs)
-        signatures = getattr(meta, "signatures", None)
+        signatures: Any = getattr(meta, "signatures", None)
         for name, decorator in dict(getattr(meta, "decorators", None) or {}).items():
             params = None if signatures is None else signatures.get(name)
             if decorator is not ray_invocation or params is None:
