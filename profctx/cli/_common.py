@@ -36,6 +36,11 @@ def guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.
         except UsageError as exc:
             print(f"profctx {args.command}: {exc}", file=sys.stderr)
             return USAGE
+        except BrokenPipeError:
+            # The reader went away (``profctx ls DIR | head``): stop quietly, as Python's docs advise.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            return FINDINGS
 
     return run
 

@@ -1,0 +1,111 @@
+"""Benchmark ``profctx merge`` against reading every trace with ``json.load``.
+
+Makes a run of ``--ranks`` real torch captures (one role each, CPU) of about ``--mb`` MB of
+trace JSON each, then measures, each in a fresh subprocess: the peak RSS and time of an
+interpreter that only imports the CLI (the floor), of ``json.load`` of every trace held at
+once (what a non-streaming merge needs), and of ``profctx merge``. Target: merge peak RSS at
+most 2x the largest input (uncompressed JSON).
+
+    python benchmarks/bench_merge.py [--ranks 8] [--mb 25] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+_GENERATE = """
+import sys, torch, profctx
+save, rank, world, ops = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+profctx.configure(save_path=save, tool="torch", steps=[1], mode="role", ranks="all", rank=rank,
+                  world_size=world, run_id="bench", tool_options={"compress_level": 1})
+x = torch.ones(4)
+with profctx.profile_step(1), profctx.profile_step(role="rollout"):
+    for _ in range(ops):
+        x = x.add(1)
+profctx.reset()
+"""
+
+_JSON_LOAD = """
+import gzip, json, sys
+held = []
+for path in sys.argv[1:]:
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        held.append(json.load(fh))
+print(sum(len(t["traceEvents"]) for t in held))
+"""
+
+_FLOOR = "import profctx.cli, profctx._merge"
+
+
+def measure(argv: list[str]) -> tuple[float, float, str]:
+    """Run ``argv``; return (seconds, peak RSS in MB of that child alone, stdout)."""
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as out:
+        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, text=True)
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        elapsed = time.perf_counter() - t0
+        if child.returncode != 0:
+            raise RuntimeError(f"{argv[:4]} exited {child.returncode}")
+        out.seek(0)
+        return elapsed, usage.ru_maxrss / 1024, out.read()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--mb", type=float, default=25.0, help="approximate uncompressed MB per trace")
+    parser.add_argument("--keep", metavar="DIR", help="make (or reuse) the run here instead of a temporary folder")
+    args = parser.parse_args()
+    folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="profctx-bench-merge-"))
+    # One x.add(1) costs about 1280 bytes of trace JSON (five events of about 256 bytes), measured.
+    ops = int(args.mb * 1e6 / 1280)
+    traces = sorted(folder.glob("step000001/rollout/*.pt.trace.json.gz"))
+    if len(traces) != args.ranks:
+        for rank in range(args.ranks):
+            subprocess.run([sys.executable, "-c", _GENERATE, str(folder), str(rank), str(args.ranks), str(ops)],
+                           check=True, capture_output=True)
+        traces = sorted(folder.glob("step000001/rollout/*.pt.trace.json.gz"))
+    sizes = []
+    for path in traces:
+        with gzip.open(path, "rb") as fh:
+            sizes.append(sum(len(chunk) for chunk in iter(lambda fh=fh: fh.read(1 << 20), b"")))
+    largest = max(sizes) / 1e6
+    load_s, load_mb, events = measure([sys.executable, "-c", _JSON_LOAD, *map(str, traces)])
+    out = folder / "merged.trace.json.gz"
+    merge_s, merge_mb, _ = measure([sys.executable, "-m", "profctx", "merge", str(folder), "--step", "1",
+                                    "-o", str(out), "--no-progress"])
+    floor_mb = _floor_peak()
+    rows = [
+        ("inputs", f"{len(traces)} traces, {sum(sizes) / 1e6:.0f} MB JSON ({events.strip()} events), "
+                   f"{sum(p.stat().st_size for p in traces) / 1e6:.1f} MB gzipped; largest {largest:.1f} MB"),
+        ("json.load of all traces", f"{load_s:.1f} s, peak RSS {load_mb:.0f} MB ({load_mb / largest:.1f}x largest)"),
+        ("profctx merge", f"{merge_s:.1f} s, peak RSS {merge_mb:.0f} MB ({merge_mb / largest:.2f}x largest); "
+                          f"output {out.stat().st_size / 1e6:.1f} MB gzipped"),
+        ("interpreter + profctx.cli import", f"peak RSS {floor_mb:.0f} MB"),
+        ("merge time / json.load time", f"{merge_s / load_s:.2f}"),
+    ]
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, run in {folder}")
+    print("| what | result |\n|---|---|")
+    for what, result in rows:
+        print(f"| {what} | {result} |")
+    print(json.dumps({"largest_mb": largest, "merge_peak_mb": merge_mb, "load_peak_mb": load_mb,
+                      "merge_s": merge_s, "load_s": load_s, "floor_mb": floor_mb}))
+
+
+def _floor_peak() -> float:
+    code = f"{_FLOOR}; import resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return int(done.stdout.strip()) / 1024
+
+
+if __name__ == "__main__":
+    main()
