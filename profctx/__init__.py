@@ -5,6 +5,7 @@ from ._config import EngineConfig, ProfilerConfig
 from ._decorate import profiled
 from ._errors import ConfigError, ProfilingError
 from ._policy import profile_step
+from ._propagate import ScopedThreadPoolExecutor, adopt, bind, extract, inject
 from ._scope import Scope, current
 from ._window import StepWindow
 
@@ -14,11 +15,16 @@ __all__ = [
     "ProfilerConfig",
     "ProfilingError",
     "Scope",
+    "ScopedThreadPoolExecutor",
     "StepWindow",
+    "adopt",
+    "bind",
     "configure",
     "current",
+    "extract",
     "flush",
     "get_config",
+    "inject",
     "is_configured",
     "profile_step",
     "profiled",
