@@ -88,6 +88,8 @@ class Outcome:
     folder: str | None = None
     version: str | None = None
     engine: str | None = None
+    #: Notes for the manifest only (facts, not options dropped): never logged as warnings.
+    facts: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-safe dict."""
@@ -96,7 +98,8 @@ class Outcome:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Outcome:
         """Return the outcome a :meth:`to_dict` result describes."""
-        return cls(list(data.get("notes") or ()), data.get("folder"), data.get("version"), data.get("engine"))
+        return cls(list(data.get("notes") or ()), data.get("folder"), data.get("version"), data.get("engine"),
+                   list(data.get("facts") or ()))
 
 
 def plan(scope: Scope, engines: EngineConfig, save_path: str, engine: str, replica: int) -> EngineRequest:
@@ -281,11 +284,10 @@ class EngineAdapter(ABC):
                                         ("engine", outcome.engine)) if v is not None})
         for note in outcome.notes:
             warn_once(f"engine-note:{self.engine}:{note}", "profctx: %s: %s", self.describe(), note)
-        if outcome.notes:
-            runtime.record({**base, "event": "started", "notes": list(outcome.notes)})
+        notes = list(outcome.notes) + list(outcome.facts)
         with self._lock:
             self._record_base = base | {"start_time": start_wall}
-            self._notes = list(outcome.notes)
+            self._notes = notes
         return True
 
     async def stop(self) -> None:
@@ -311,7 +313,7 @@ class EngineAdapter(ABC):
             for note in outcome.notes:
                 warn_once(f"engine-note:{self.engine}:{note}", "profctx: %s: %s", self.describe(), note)
             runtime.record({**base, "event": "finished", "status": "ok", "end_time": time.time(),
-                            "error": None, "notes": notes + outcome.notes})
+                            "error": None, "notes": [*notes, *outcome.notes, *outcome.facts]})
 
     def start_sync(self, scope: Scope | None = None) -> bool:
         """Blocking twin of :meth:`start` (safe inside a running event loop)."""

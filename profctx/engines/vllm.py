@@ -76,6 +76,15 @@ class VLLMCapabilities:
     http_body: bool
     prefix_each_session: bool | None
 
+    @property
+    def range(self) -> str:
+        """The vLLM versions with these capabilities, e.g. ``"0.17-0.31"``."""
+        if self.profiler_kwargs:
+            return "0.33+"
+        if self.iterations:
+            return "0.32"
+        return "0.17-0.31" if self.prefix else "0.10-0.16"
+
     @classmethod
     def from_version(cls, version: str) -> VLLMCapabilities:
         """Return the capabilities of vLLM ``version``."""
@@ -197,7 +206,8 @@ class _InProcess(EngineAdapter):
             await self._invoke("start_profile", kwargs)
         except Exception as exc:
             raise _translate(exc, self._version) from exc
-        return Outcome([*notes, _folder_note()], self._folder(request), self._version)
+        version = self._version or f"{self.capabilities.range} (from the start_profile signature)"
+        return Outcome(notes, self._folder(request), version, facts=[_folder_note()])
 
     async def _stop(self, request: EngineRequest) -> Outcome:
         try:
@@ -324,7 +334,7 @@ class VLLMHttpAdapter(EngineAdapter):
         notes += more
         await self._post("/start_profile", kwargs if caps.http_body else None, request_.start_timeout)
         folder = self.trace_dir or default_trace_dir(request_.save_path, request_.replica)
-        return Outcome([*notes, _folder_note()], folder, self._version)
+        return Outcome(notes, folder, self._version, facts=[_folder_note()])
 
     async def _stop(self, request_: EngineRequest) -> Outcome:
         await self._post("/stop_profile", None, request_.stop_timeout)

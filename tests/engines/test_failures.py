@@ -1,0 +1,64 @@
+"""Failures around engines: unreachable servers, concurrency of starts, exit paths."""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+from profctx import profile_step
+from profctx.engines import SGLangHttpAdapter, VLLMHttpAdapter, attach, stop_all
+from profctx.engines._base import Scope
+
+from .conftest import configure, engine_records
+from .doubles.servers import VLLMServer
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_unreachable_server_training_continues_and_manifest_records_it(tmp_path: Path) -> None:
+    port = _closed_port()
+    configure(tmp_path, engines={"replicas": "all"})
+    attach(VLLMHttpAdapter(f"127.0.0.1:{port}", version="0.33.0"),
+           SGLangHttpAdapter(f"http://127.0.0.1:{port}", replica=1))
+    steps = []
+    for step in (1, 2):
+        with profile_step(step), profile_step(role="rollout"):
+            steps.append(step)
+    assert steps == [1, 2]
+    records = engine_records(tmp_path)
+    assert sorted((r["replica"], r["status"]) for r in records) == [(0, "failed"), (1, "failed")]
+    assert all("unreachable" in r["error"] for r in records)
+
+
+def test_sync_starts_run_concurrently(tmp_path: Path) -> None:
+    servers = [VLLMServer("0.33", str(tmp_path / f"t{i}"), start_delay=0.4) for i in range(3)]
+    try:
+        configure(tmp_path, engines={"replicas": "all"})
+        attach(*(VLLMHttpAdapter(s.url, replica=i, version="0.33.0") for i, s in enumerate(servers)))
+        t0 = time.monotonic()
+        with profile_step(1), profile_step(role="rollout"):
+            elapsed = time.monotonic() - t0
+        assert elapsed < 1.0  # three 0.4 s starts, concurrently
+        assert [s.engine.stop_calls for s in servers] == [1, 1, 1]
+    finally:
+        for s in servers:
+            s.close()
+
+
+def test_stop_all_stops_what_is_open(tmp_path: Path) -> None:
+    server = VLLMServer("0.33", str(tmp_path / "t"))
+    try:
+        configure(tmp_path)
+        adapter = VLLMHttpAdapter(server.url, version="0.33.0")
+        attach(adapter)
+        assert adapter.start_sync(Scope(1, ("rollout",)))
+        stop_all()
+        assert server.engine.stop_calls == 1 and not adapter.active
+        assert [r["status"] for r in engine_records(tmp_path)] == ["ok"]
+    finally:
+        server.close()
