@@ -105,7 +105,7 @@ def merge(
     output: Path,
     *,
     step: int | None = None,
-    compress_level: int = 3,
+    compress_level: int = 1,
     progress: Callable[[int, int], None] | None = None,
 ) -> MergeResult:
     """Write one ``.json.gz`` (or ``.json``) Chrome trace holding every event of ``inputs``.
