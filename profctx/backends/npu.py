@@ -80,6 +80,7 @@ class NpuBackend:
         self._spec: CaptureSpec | None = None
         self._before: frozenset[Path] = frozenset()
         self._settings: dict[str, Any] = {}
+        self._mstx: Any = None
 
     @classmethod
     def check_config(cls, config: ProfilerConfig) -> None:
@@ -103,6 +104,9 @@ class NpuBackend:
         """Start a torch_npu profiler session writing into ``spec.folder``."""
         import torch_npu
         from torch_npu import profiler as npu_profiler
+        from torch_npu.npu import mstx
+
+        self._mstx = mstx  # held, so a range costs no import lookup
 
         opts = settings(spec.options)
         for var in DISABLING_ENV:
@@ -155,29 +159,26 @@ class NpuBackend:
 
     def range(self, name: str) -> contextlib.AbstractContextManager[Any]:
         """Return an mstx range ``name`` (host side, domain ``profctx``)."""
-        return _MstxRange(name)
+        return _MstxRange(name, self._mstx)
 
     def step(self) -> None:
         """Do nothing: the one-step schedule must not advance inside a capture."""
 
 
 class _MstxRange:
-    __slots__ = ("_id", "_name")
+    __slots__ = ("_id", "_mstx", "_name")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, mstx: Any) -> None:
         self._name = name
+        self._mstx = mstx
         self._id = 0
 
     def __enter__(self) -> None:
-        from torch_npu.npu import mstx
-
-        self._id = mstx.range_start(self._name, domain=DOMAIN) or 0
+        self._id = self._mstx.range_start(self._name, domain=DOMAIN) or 0
 
     def __exit__(self, *exc: object) -> None:
-        from torch_npu.npu import mstx
-
         if self._id:  # 0: torch_npu refused the start (and printed why)
-            mstx.range_end(self._id, domain=DOMAIN)
+            self._mstx.range_end(self._id, domain=DOMAIN)
 
 
 def settings(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -61,6 +61,7 @@ class NsysBackend:
         self._ranges: list[str] = []
         self._started = 0.0
         self._count = 0
+        self._nvtx: Any = None
 
     @classmethod
     def check_config(cls, config: ProfilerConfig) -> None:
@@ -99,8 +100,10 @@ class NsysBackend:
 
     def start(self, spec: CaptureSpec) -> None:
         """Call ``cudaProfilerStart``: nsys (``--capture-range=cudaProfilerApi``) opens a range."""
+        import nvtx
         import torch.cuda.profiler
 
+        self._nvtx = nvtx  # held, so a range costs no import lookup
         if not tool_attached():
             note = ("no NVTX tool is attached to this process (is it running under nsys?): "
                     "nothing records this capture range or its NVTX ranges")
@@ -141,28 +144,25 @@ class NsysBackend:
     def range(self, name: str) -> contextlib.AbstractContextManager[Any]:
         """Return an NVTX range ``name`` in the ``profctx`` domain (start/end: valid across threads)."""
         self._ranges.append(name)
-        return _NvtxRange(name)
+        return _NvtxRange(name, self._nvtx)
 
     def step(self) -> None:
         """Do nothing: one capture is one nsys range."""
 
 
 class _NvtxRange:
-    __slots__ = ("_id", "_name")
+    __slots__ = ("_id", "_name", "_nvtx")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, module: Any) -> None:
         self._name = name
+        self._nvtx = module
         self._id: Any = None
 
     def __enter__(self) -> None:
-        import nvtx
-
-        self._id = nvtx.start_range(message=self._name, domain=DOMAIN)
+        self._id = self._nvtx.start_range(message=self._name, domain=DOMAIN)
 
     def __exit__(self, *exc: object) -> None:
-        import nvtx
-
-        nvtx.end_range(self._id)
+        self._nvtx.end_range(self._id)
 
 
 def tool_attached() -> bool:
