@@ -79,25 +79,45 @@ def label(record: Mapping[str, Any]) -> str:
 
 
 def plan(save_path: Path, records: Iterable[Mapping[str, Any]], step: int) -> tuple[list[MergeInput], list[str]]:
-    """Return the trace files of captures covering ``step``, in display order, and notes on files left out."""
+    """Return the trace files of captures covering ``step``, in display order, and notes on files left out.
+
+    Engine captures usually list no files (the engine writes them itself, later): their trace
+    files are found in the capture's folder, less any file another capture lists.
+    """
+    records = list(records)
+    listed = {str(f.get("path")) for r in records for f in (r.get("files") or ())}
     inputs: list[MergeInput] = []
     notes: list[str] = []
     for record in records:
         steps = record.get("steps") or ([record["step"]] if record.get("step") is not None else [])
         if step not in steps:
             continue
-        for entry in record.get("files") or ():
-            rel = str(entry.get("path", ""))
+        engine = record.get("kind") == "engine"
+        paths = [str(entry.get("path", "")) for entry in record.get("files") or ()]
+        if engine and not paths and record.get("folder"):
+            paths = _engine_files(save_path, str(record["folder"]), listed)
+        for rel in paths:
             if not is_trace_file(rel):
                 notes.append(f"{rel}: not a Chrome trace, left out")
                 continue
-            engine = record.get("kind") == "engine"
             number = record.get("replica" if engine else "rank")
             order = (1 if engine else 0, number if isinstance(number, int) else 0,
                      float(record.get("start_time") or 0.0), rel)
             inputs.append(MergeInput(save_path / rel, record, label(record), order))
     inputs.sort(key=lambda item: item.order)
     return inputs, notes
+
+
+def _engine_files(save_path: Path, folder: str, listed: set[str]) -> list[str]:
+    root = save_path / folder
+    if not root.is_dir():
+        return []
+    found = []
+    for path in sorted(root.rglob("*.json*")):
+        rel = path.relative_to(save_path).as_posix() if path.is_relative_to(save_path) else str(path)
+        if path.is_file() and is_trace_file(rel) and rel not in listed and not path.name.startswith((".", "merged.")):
+            found.append(rel)
+    return found
 
 
 def merge(

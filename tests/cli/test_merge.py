@@ -186,3 +186,29 @@ def test_stream_reader_refuses_what_is_not_a_trace(tmp_path: Path) -> None:
     path.write_text('{"traceEvents": [{"ph": "X"}, {"ph"')
     with pytest.raises(TraceFormatError), TraceStream(path) as stream:
         list(stream.items())
+
+
+def test_merge_finds_engine_traces_in_their_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    x = {"ph": "X", "name": "op", "pid": 5, "tid": 1, "ts": 100.0, "dur": 5.0}
+    run = _fake_run(tmp_path, {"rank.json": ({"events": [x], "head": {"baseTimeNanoseconds": 10**18}}, 1e9)})
+    # An engine adapter records no files: the engine writes them itself into the capture's folder.
+    engine_trace = run / "step000004" / "rollout" / "vllm" / "engine.pt.trace.json"
+    engine_trace.parent.mkdir()
+    _trace_file(engine_trace, [{**x, "name": "engine_op", "pid": 77}], head={"baseTimeNanoseconds": 10**18})
+    record = {"v": 1, "run": "r", "rank": 0, "world_size": 2, "host": "h", "pid": 10, "capture": "e1",
+              "kind": "engine", "engine": "vllm", "version": "0.17.1", "replica": 1, "steps": [4], "step": 4,
+              "role": "rollout", "folder": "step000004/rollout", "event": "finished", "status": "ok",
+              "start_time": 1e9, "end_time": 1e9 + 1}
+    with open(run / ".profctx" / "r.jsonl", "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record) + "\n")
+    out = tmp_path / "m.json"
+    assert main(["merge", str(run), "--step", "4", "-o", str(out)]) == 0
+    trace = json.loads(out.read_text())
+    assert problems(trace) == []
+    names = [e["args"]["name"] for e in sorted(trace["traceEvents"], key=lambda e: e["pid"])
+             if e["ph"] == "M" and e["name"] == "process_name"]
+    assert names == ["rank 0 · rollout", "vllm replica 1 · rollout"]  # the rank's own file is not taken twice
+    assert sum(e["name"] == "op" for e in trace["traceEvents"]) == 1
+    assert main(["ls", str(run)]) == 0
+    engine_line = next(line for line in capsys.readouterr().out.splitlines() if "vllm" in line)
+    assert "vllm 0.17.1" in engine_line and " r1 " in engine_line
