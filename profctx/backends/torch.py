@@ -82,7 +82,8 @@ class TorchBackend:
         import torch
         from torch.profiler import ProfilerActivity, profile
 
-        if torch.autograd._profiler_enabled():
+        # The C flag misses sessions started with profile_all_threads; the Python flag covers them.
+        if torch.autograd._profiler_enabled() or getattr(torch.autograd.profiler, "_is_profiler_enabled", False):
             raise SessionLostError("a torch profiler not started by profctx is already running in this process")
         activities = [ProfilerActivity.CPU]
         wants_cuda = "cuda" in spec.contents or not spec.contents
