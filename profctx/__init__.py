@@ -8,6 +8,7 @@ from ._policy import profile_step
 from ._propagate import ScopedThreadPoolExecutor, adopt, bind, extract, inject
 from ._scope import Scope, current
 from ._window import StepWindow
+from .engines import attach, detach
 
 __all__ = [
     "ConfigError",
@@ -18,9 +19,11 @@ __all__ = [
     "ScopedThreadPoolExecutor",
     "StepWindow",
     "adopt",
+    "attach",
     "bind",
     "configure",
     "current",
+    "detach",
     "extract",
     "flush",
     "get_config",

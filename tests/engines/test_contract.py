@@ -19,9 +19,8 @@ def _rollout_sync() -> None:
 
 
 async def _rollout_async() -> None:
-    async with profile_step(1):
-        async with profile_step(role="rollout"):
-            await asyncio.sleep(0)
+    async with profile_step(1), profile_step(role="rollout"):
+        await asyncio.sleep(0)
 
 
 def test_sync_with_starts_once_stops_once_and_records(kit: Kit, tmp_path: Path) -> None:

@@ -76,7 +76,7 @@ def test_auto_stop_then_stop_over_http(tmp_path: Path) -> None:
             server.scheduler.run_batch(3)
         [record] = engine_records(tmp_path)
         assert record["status"] == "ok" and any("500" in n for n in record["notes"])
-        body = json.loads([p for p in server.paths if p[1] == "/start_profile"][0][2])
+        body = json.loads(next(p for p in server.paths if p[1] == "/start_profile")[2])
         assert body["num_steps"] == 1 and isinstance(body["num_steps"], int)
     finally:
         server.close()
@@ -193,10 +193,10 @@ def test_http_500_on_start_is_recorded_and_training_continues(tmp_path: Path) ->
 
 def test_known_version_refuses_what_it_lacks(tmp_path: Path) -> None:
     configure(tmp_path, engines={"absolute_start_step": 3})
-    with pytest.raises(ConfigError, match="0.5.2"):
+    with pytest.raises(ConfigError, match=r"0\.5\.2"):
         attach(SGLangHttpAdapter("http://127.0.0.1:9", version="0.4.9"))
     configure(tmp_path, engines={"merge_profiles": True})
-    with pytest.raises(ConfigError, match="0.5.5"):
+    with pytest.raises(ConfigError, match=r"0\.5\.5"):
         attach(SGLangHttpAdapter("http://127.0.0.1:9", version="0.5.2"))
 
 

@@ -122,8 +122,8 @@ def test_http_body_only_from_032_with_real_ints(tmp_path: Path) -> None:
         attach(VLLMHttpAdapter(old.url), VLLMHttpAdapter(new.url, replica=1))
         with profile_step(1), profile_step(role="rollout"):
             pass
-        old_start = [p for p in old.paths if p[1] == "/start_profile"][0]
-        new_start = [p for p in new.paths if p[1] == "/start_profile"][0]
+        old_start = next(p for p in old.paths if p[1] == "/start_profile")
+        new_start = next(p for p in new.paths if p[1] == "/start_profile")
         assert old_start[2] == b""
         body = json.loads(new_start[2])
         assert body == {"profile_prefix": "step000001-rollout-replica1", "max_iterations": 4}
@@ -276,7 +276,7 @@ def test_sglang_only_options_are_refused_for_vllm_at_configure(tmp_path: Path) -
 
 def test_known_old_version_refuses_bounds_at_attach(tmp_path: Path) -> None:
     configure(tmp_path, engines={"count": 3})
-    with pytest.raises(ConfigError, match="0.12"):
+    with pytest.raises(ConfigError, match=r"0\.12"):
         attach(VLLMAdapter(vd.LLM_0_10(str(tmp_path)), version="0.10.2"))
 
 
@@ -288,7 +288,7 @@ def test_unknown_remote_version_sends_no_body_and_says_so(tmp_path: Path) -> Non
         adapter = VLLMHttpAdapter(server.url)
         assert adapter.start_sync(Scope(1, ("rollout",))) is True
         adapter.stop_sync()
-        start = [p for p in server.paths if p[1] == "/start_profile"][0]
+        start = next(p for p in server.paths if p[1] == "/start_profile")
         assert start[2] == b""
         [record] = engine_records(tmp_path)
         assert any("version is unknown" in n for n in record["notes"])
