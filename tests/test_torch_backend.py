@@ -147,9 +147,14 @@ def test_cuda_asked_for_without_cuda_is_noted(tmp_path: Path) -> None:
     assert any("CUDA is not available" in note for note in record["notes"])
 
 
-def test_a_foreign_torch_profiler_makes_the_capture_fail_not_crash(tmp_path: Path) -> None:
+@pytest.mark.parametrize("all_threads", [False, True])
+def test_a_foreign_torch_profiler_makes_the_capture_fail_not_crash(tmp_path: Path, all_threads: bool) -> None:
+    from torch._C._profiler import _ExperimentalConfig
+
     profctx.configure(steps=[1], save_path=tmp_path)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]), profctx.profile_step(1):
+    config = _ExperimentalConfig(profile_all_threads=True) if all_threads else None
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=activities, experimental_config=config), profctx.profile_step(1):
         work(1)
     assert profctx.flush(30)
     (record,) = read(tmp_path)
