@@ -24,7 +24,7 @@ from typing import Any, Final, Literal, TypeVar, final
 from . import _state
 from ._config import ProfilerConfig
 from ._errors import ConfigError
-from ._log import logger
+from ._log import logger, warn_once
 from ._policy import profile_step
 from ._scope import SCOPE, Scope
 
@@ -67,7 +67,8 @@ def snapshot(*, rank: int | None = None, world_size: int | None = None, config: 
     """Return the ambient scope (and, with ``config``, the active configuration) as a JSON-safe dict.
 
     ``rank`` / ``world_size``: the receiver's place in the job, when the sender knows it
-    (e.g. its position in an actor group); ``None`` lets the receiver detect its own.
+    (e.g. its position in an actor group); ``None`` lets the receiver detect its own. The
+    carried config names this run's id, so every process of a run files under one id.
     """
     cfg = _state.CONFIG if config else None
     return {
@@ -79,18 +80,21 @@ def snapshot(*, rank: int | None = None, world_size: int | None = None, config: 
     }
 
 
-_config_cache: list[tuple[ProfilerConfig, dict[str, Any]]] = []
+_config_cache: list[tuple[ProfilerConfig, str | None, dict[str, Any]]] = []
 
 
 def _config_dict(config: ProfilerConfig) -> dict[str, Any]:
-    # Cached for the current config object (frozen, sent with every carried call); the
+    # Cached for the current config object (frozen, sent with every carried call). The
     # receiver's rank and world size are its own, never the sender's.
-    if _config_cache and _config_cache[0][0] is config:
-        return _config_cache[0][1]
+    runtime = _state.RUNTIME
+    run_id = runtime.run_id if runtime is not None and runtime.config is config else config.run_id
+    if _config_cache and _config_cache[0][0] is config and _config_cache[0][1] == run_id:
+        return _config_cache[0][2]
     data = config.to_dict()
     data["rank"] = None
     data["world_size"] = None
-    _config_cache[:] = [(config, data)]
+    data["run_id"] = run_id
+    _config_cache[:] = [(config, run_id, data)]
     return data
 
 
@@ -147,26 +151,36 @@ def receive(data: object) -> Scope | None:
 
 
 def _configure_from(snap: Mapping[str, Any]) -> None:
-    """Configure this process from the carried config unless it has a configuration of its own."""
+    """Configure this process from the carried config unless it has a configuration of its own.
+
+    The first carried rank (and world size) this process receives is its identity from then on:
+    one actor process is one rank, even if callers later name another (logged once).
+    """
     carried = snap.get("config")
     if carried is None:
         return
-    key = (carried, snap.get("rank"), snap.get("world_size"))
+    rank, world_size = snap.get("rank"), snap.get("world_size")
     previous = _state.CARRIED
     current = _state.CONFIG
-    if current is not None and (previous is None or current is not previous[1]):
+    if current is not None and (previous is None or current is not previous[3]):
         return  # configured by this process itself: its own config wins
-    if previous is not None and current is previous[1] and previous[0] == key:
-        return  # same carried config as last time: nothing to do
+    if previous is not None and current is previous[3]:
+        _, had_rank, had_world, _ = previous
+        if had_rank is not None:
+            if rank is not None and (rank, world_size) != (had_rank, had_world):
+                warn_once(f"carried-rank:{rank}:{world_size}",
+                          "profctx: this process is rank %s of %s; a call named it rank %s of %s (kept %s)",
+                          had_rank, had_world, rank, world_size, had_rank)
+            rank, world_size = had_rank, had_world
+        if previous[0] == carried and (rank, world_size) == (had_rank, had_world):
+            return  # same carried config as last time: nothing to do
     from . import _api
 
     data = dict(carried)
-    if snap.get("rank") is not None:
-        data["rank"] = snap["rank"]
-    if snap.get("world_size") is not None:
-        data["world_size"] = snap["world_size"]
+    data["rank"] = rank
+    data["world_size"] = world_size
     config = _api.configure(ProfilerConfig.from_mapping(data))
-    _state.CARRIED = (key, config) if config is not None else None
+    _state.CARRIED = (carried, rank, world_size, config) if config is not None else None
 
 
 # -- carriers ---------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ GATE: list[Any] = []
 ROLE_HOOKS: list[RoleHook] = []
 #: The capture whose ranges blocks in this context go to (set per block, per task).
 LIVE: ContextVar[Capture | None] = ContextVar("profctx.live", default=None)
-#: The configuration this process adopted from a carried snapshot: ``(what was carried, the
-#: config built from it)``. Only a ``CONFIG`` that *is* this config is replaced by a later carrier.
-CARRIED: tuple[object, ProfilerConfig | None] | None = None
+#: The configuration this process adopted from a carried snapshot: ``(carried config dict, rank,
+#: world size, the config built from them)``. Only a ``CONFIG`` that *is* this config is replaced
+#: by a later carrier.
+CARRIED: tuple[Any, int | None, int | None, ProfilerConfig | None] | None = None

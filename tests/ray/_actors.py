@@ -1,0 +1,52 @@
+"""Actor classes for the Ray tests, in an importable module (Ray loads them by reference)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+import ray
+
+import profctx
+from profctx import _state
+
+
+def _where() -> dict[str, Any]:
+    scope = profctx.current()
+    runtime = _state.RUNTIME
+    identity = runtime.identity() if runtime is not None else None
+    return {
+        "step": scope.step,
+        "path": scope.path,
+        "rank": identity.rank if identity else None,
+        "world_size": identity.world_size if identity else None,
+        "run_id": runtime.run_id if runtime is not None else None,
+        "pid": os.getpid(),
+    }
+
+
+@ray.remote(num_cpus=0)
+class Worker:
+    """A worker whose profiled methods report where they ran; ``behaviour`` makes it fail on purpose."""
+
+    def __init__(self, behaviour: str = "ok") -> None:
+        self.behaviour = behaviour
+
+    @profctx.profiled(role="work")
+    def work(self, seconds: float = 0.0) -> dict[str, Any]:
+        if self.behaviour == "raise":
+            raise ValueError("boom from the worker")
+        if self.behaviour == "die":
+            os._exit(1)
+        time.sleep(seconds)
+        return _where()
+
+    @profctx.profiled(role="async_work")
+    async def async_work(self, seconds: float = 0.0) -> dict[str, Any]:
+        await asyncio.sleep(seconds)
+        return _where()
+
+    def plain(self, x: int) -> int:
+        return x + 1
