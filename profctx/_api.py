@@ -49,6 +49,11 @@ def reset() -> None:
     _shutdown()
     _state.CONFIG = None
     _state.GATE.clear()
+    for hook in list(_state.ROLE_HOOKS):
+        detach = getattr(hook, "reset", None)
+        if detach is not None:
+            detach()
+    _state.ROLE_HOOKS.clear()
     _lifecycle.uninstall()
     _log.reset()
 

@@ -44,7 +44,14 @@ def uninstall() -> None:
 
 
 def finalize(timeout: float | None = 60.0) -> None:
-    """Stop the open capture of this process and wait for its files (at most ``timeout`` seconds)."""
+    """Stop open engine sessions and this process's open capture; wait for files (``timeout`` seconds)."""
+    for hook in list(_state.ROLE_HOOKS):
+        shutdown = getattr(hook, "shutdown", None)
+        if shutdown is not None:
+            try:
+                shutdown()
+            except Exception as exc:  # noqa: BLE001 - exit paths must not raise
+                logger.warning("profctx: could not stop %r at exit: %s", hook, exc)
     runtime = _state.RUNTIME
     if runtime is not None:
         try:

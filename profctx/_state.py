@@ -16,7 +16,9 @@ class RoleHook(Protocol):
     """Called when a role block is entered and left inside an in-window step (engines use it).
 
     ``enter`` returns a handle passed back to ``exit``; ``None`` means "not for me".
-    Exceptions are caught, logged once and recorded by the caller.
+    Exceptions are caught, logged once and recorded by the caller. Optional methods:
+    ``shutdown()`` (stop what is open; called at exit and on SIGTERM) and ``reset()``
+    (forget everything; called by ``profctx.reset()``).
     """
 
     def enter(self, scope: Scope) -> object: ...

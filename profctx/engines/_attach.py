@@ -79,6 +79,14 @@ class EngineHook:
         if isinstance(handle, list) and handle:
             await _stop_all(handle)
 
+    def shutdown(self) -> None:
+        """Stop every open engine session (called at process exit and on SIGTERM)."""
+        stop_all()
+
+    def reset(self) -> None:
+        """Detach every adapter (called by ``profctx.reset()``)."""
+        detach()
+
 
 async def _stop_all(adapters: Sequence[EngineAdapter]) -> None:
     results = await asyncio.gather(*(a.stop() for a in adapters), return_exceptions=True)
