@@ -12,6 +12,7 @@ import base64
 import binascii
 import contextvars
 import functools
+import itertools
 import json
 import os
 import sys
@@ -94,8 +95,19 @@ def _config_dict(config: ProfilerConfig) -> dict[str, Any]:
     data["rank"] = None
     data["world_size"] = None
     data["run_id"] = run_id
+    data["steps"] = _compact_steps(data["steps"])
     _config_cache[:] = [(config, run_id, data)]
     return data
+
+
+def _compact_steps(steps: list[int] | None) -> list[int] | str | None:
+    """Return an evenly spaced step list as ``"start:stop:stride"`` (a long window costs every call)."""
+    if not steps or len(steps) < 3:
+        return steps
+    stride = steps[1] - steps[0]
+    if stride <= 0 or any(b - a != stride for a, b in itertools.pairwise(steps)):
+        return steps
+    return f"{steps[0]}:{steps[-1] + 1}:{stride}"
 
 
 def outgoing() -> dict[str, Any] | None:
