@@ -160,3 +160,20 @@ def test_a_foreign_torch_profiler_makes_the_capture_fail_not_crash(tmp_path: Pat
     (record,) = read(tmp_path)
     assert record["status"] == "failed"
     assert "not started by profctx" in record["error"]
+
+
+def test_contents_map_to_torch_profiler_options(tmp_path: Path) -> None:
+    def capture_args(contents: list[str]) -> list[dict[str, Any]]:
+        save = tmp_path / "-".join(contents or ["default"])
+        profctx.configure(steps=[1], save_path=save, contents=contents)
+        with profctx.profile_step(1):
+            torch.randn(8, 8) @ torch.randn(8, 8)
+        assert profctx.flush(30)
+        (record,) = read(save)
+        trace = load_trace(save / record["files"][0]["path"])
+        return [e.get("args", {}) for e in trace["traceEvents"] if e.get("name") == "aten::mm"]
+
+    plain = capture_args([])
+    assert plain and not any("Input Dims" in a for a in plain)
+    shaped = capture_args(["cpu", "shapes"])
+    assert any(a.get("Input Dims") == [[8, 8], [8, 8]] for a in shaped)
