@@ -127,19 +127,23 @@ def test_adopt_in_step_mode_opens_a_step_capture(tmp_path: Path) -> None:
     assert all(r["status"] == "ok" and r["step"] == 2 and r["role"] is None for r in records)
 
 
-def test_carried_config_is_not_rebuilt_for_the_same_config(tmp_path: Path) -> None:
+def test_carried_config_is_not_rebuilt_for_the_same_config(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     _configure(tmp_path)
     with profctx.profile_step(1):
-        snap = _propagate.snapshot(rank=0, world_size=2)
-        other_rank = _propagate.snapshot(rank=1, world_size=2)
+        no_rank = _propagate.snapshot()
+        rank1 = _propagate.snapshot(rank=1, world_size=2)
+        rank0 = _propagate.snapshot(rank=0, world_size=2)
     profctx.reset()
-    with profctx.adopt(snap):
+    with profctx.adopt(no_rank):
         first = _state.RUNTIME
-    with profctx.adopt(snap):
+    with profctx.adopt(no_rank):
         assert _state.RUNTIME is first
-    with profctx.adopt(other_rank):
-        assert _state.RUNTIME is not first
-        assert _state.RUNTIME is not None and _state.RUNTIME.identity().rank == 1
+    with profctx.adopt(rank1):  # a rank arrives: the identity is set
+        ranked = _state.RUNTIME
+        assert ranked is not first and ranked is not None and ranked.identity().rank == 1
+    with caplog.at_level(logging.WARNING, logger="profctx"), profctx.adopt(rank0):
+        assert _state.RUNTIME is ranked  # one process is one rank: the first one named sticks
+    assert any("a call named it rank 0 of 2" in r.getMessage() for r in caplog.records)
 
 
 def test_own_config_wins_over_the_carried_one(tmp_path: Path) -> None:
