@@ -15,7 +15,8 @@ def configure(config: object = None, /, **fields: Any) -> ProfilerConfig | None:
     """Set the process's profiling configuration; return it (``None`` means disabled).
 
     ``config`` is a :class:`ProfilerConfig`, a mapping, an OmegaConf ``DictConfig`` or a
-    path to a YAML file; keyword ``fields`` override it and ``PROFCTX_*`` environment
+    path to a YAML file (or keyword ``verl=``: a verl profiler config, converted by
+    :meth:`ProfilerConfig.from_verl`); keyword ``fields`` override it and ``PROFCTX_*`` environment
     variables override both. Raise :class:`ConfigError` for any invalid value, before
     anything runs. A previous configuration is shut down first (its open capture is
     stopped and written). When this process can capture, the backend's one-time set-up

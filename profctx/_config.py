@@ -193,16 +193,34 @@ class ProfilerConfig:
         config: ProfilerConfig = _build(cls, data, "")
         return config
 
+    @classmethod
+    def from_verl(cls, cfg: object) -> ProfilerConfig:
+        """Return the config equivalent to a verl profiler config; log what does not carry over, once.
+
+        ``cfg`` is a whole verl trainer config or its profiler parts (mapping, DictConfig or YAML
+        path). For the report of unmapped fields use ``profctx.interop.verl.convert(cfg)``.
+        """
+        from .interop.verl import from_verl
+
+        return from_verl(cfg)
+
 
 def load(source: object = None, /, **overrides: Any) -> ProfilerConfig | None:
     """Return the config from ``source`` and keyword ``overrides``, then environment overrides.
 
     ``source`` is ``None``, a :class:`ProfilerConfig`, a mapping, an OmegaConf ``DictConfig``
-    or a path to a YAML file (a top-level ``profctx:`` key is looked into). Precedence:
+    or a path to a YAML file (a top-level ``profctx:`` key is looked into); or, as keyword
+    ``verl=``, a verl profiler config (see :meth:`ProfilerConfig.from_verl`). Precedence:
     defaults < source < keywords < ``PROFCTX_*`` environment. Returns ``None`` (disabled)
     when nothing at all is given and no ``PROFCTX_*`` variable is set.
     """
     data: dict[str, Any]
+    verl = overrides.pop("verl", None)  # a source, not a field: converted before any field is checked
+    if verl is not None:
+        if source is not None:
+            raise ConfigError("verl", type(verl).__name__, "a verl config alone: not together with another "
+                              f"config source ({type(source).__name__} given too)")
+        source = ProfilerConfig.from_verl(verl)
     if source is None:
         data = {}
     elif isinstance(source, ProfilerConfig):
