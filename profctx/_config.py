@@ -227,15 +227,15 @@ def load(source: object = None, /, **overrides: Any) -> ProfilerConfig | None:
         data = source.to_dict()
     elif isinstance(source, (str, os.PathLike)):
         data = _read_yaml(Path(source))
-    elif isinstance(source, Mapping):
-        data = dict(source)
-    elif _is_omegaconf(source):
+    elif _is_omegaconf(source):  # before Mapping: a DictConfig is one, but its lists are ListConfigs
         from omegaconf import OmegaConf
 
         container = OmegaConf.to_container(source, resolve=True)  # type: ignore[call-overload]
         if not isinstance(container, dict):
             raise ConfigError("config", source, "an OmegaConf mapping (DictConfig)")
         data = {str(k): v for k, v in container.items()}
+    elif isinstance(source, Mapping):
+        data = dict(source)
     else:
         raise ConfigError(
             "config", source, "a ProfilerConfig, a mapping, an OmegaConf DictConfig, or a path to a YAML file"
