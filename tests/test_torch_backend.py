@@ -98,8 +98,8 @@ def test_contiguous_capture_spans_the_run(tmp_path: Path) -> None:
     assert {"r1", "r2", "r3"} <= names(trace) and "r4" not in names(trace)
 
 
-def test_roles_entered_on_other_threads_appear_in_the_capture(tmp_path: Path) -> None:
-    profctx.configure(steps=[1], save_path=tmp_path)
+def test_roles_entered_on_other_threads_appear_with_all_threads(tmp_path: Path) -> None:
+    profctx.configure(steps=[1], save_path=tmp_path, tool_options={"all_threads": True})
 
     def worker() -> None:
         with profctx.profile_step(role="from_thread"):

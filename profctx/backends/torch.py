@@ -30,7 +30,7 @@ FLAGS = {
 #: Levels ``compress_level`` may take (gzip); torch's own handler uses 9, about 20x slower than 1.
 COMPRESS_LEVELS = range(1, 10)
 #: Options this backend reads from ``tool_options``.
-OPTIONS = ("compress_level",)
+OPTIONS = ("compress_level", "all_threads")
 
 
 class SessionLostError(RuntimeError):
@@ -69,6 +69,9 @@ class TorchBackend:
         level = config.tool_options.get("compress_level", 3)
         if isinstance(level, bool) or level not in COMPRESS_LEVELS:
             raise ConfigError("tool_options.compress_level", level, "an integer from 1 (fast) to 9 (small)")
+        all_threads = config.tool_options.get("all_threads", False)
+        if not isinstance(all_threads, bool):
+            raise ConfigError("tool_options.all_threads", all_threads, "true or false")
 
     def prepare(self) -> None:
         """Import what torch's first ``profile.start()`` would import (about a second), now."""
@@ -94,7 +97,8 @@ class TorchBackend:
             spec.notes.append(note)
             warn_once("torch:no-cuda", "profctx: %s", note)
         flags = {keyword: (content in spec.contents) for content, keyword in FLAGS.items()}
-        prof = profile(activities=activities, experimental_config=_experimental_config(), **flags)
+        all_threads = bool(spec.options.get("all_threads", False))
+        prof = profile(activities=activities, experimental_config=_experimental_config(all_threads), **flags)
         prof.start()
         self._prof = prof
         self._spec = spec
@@ -149,16 +153,16 @@ def _export(prof: Any, spec: CaptureSpec, level: int) -> Sequence[Path]:
     return (packed,)
 
 
-def _experimental_config() -> Any:
+def _experimental_config(all_threads: bool) -> Any:
     from torch._C._profiler import _ExperimentalConfig
 
-    # All threads: roles entered on worker threads must appear in the capture.
     # trace_only: skip building Python event objects at stop; only the export is needed.
-    attempts: tuple[dict[str, Any], ...] = (
-        {"profile_all_threads": True, "trace_only": True},
-        {"profile_all_threads": True},
-        {},
-    )
+    # profile_all_threads records ops of threads that did not start the capture; off by default:
+    # in torch 2.13 a stop racing with ops on another thread can crash in finalizeTrace.
+    wanted: dict[str, Any] = {"trace_only": True}
+    if all_threads:
+        wanted["profile_all_threads"] = True
+    attempts = (wanted, {k: v for k, v in wanted.items() if k != "trace_only"}, {})
     for kwargs in attempts:
         try:
             return _ExperimentalConfig(**kwargs)
