@@ -162,7 +162,7 @@ def _experimental_config(all_threads: bool) -> Any:
     wanted: dict[str, Any] = {"trace_only": True}
     if all_threads:
         wanted["profile_all_threads"] = True
-    attempts = (wanted, {k: v for k, v in wanted.items() if k != "trace_only"}, {})
+    attempts: tuple[dict[str, Any], ...] = (wanted, {k: v for k, v in wanted.items() if k != "trace_only"}, {})
     for kwargs in attempts:
         try:
             return _ExperimentalConfig(**kwargs)
