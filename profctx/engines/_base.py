@@ -386,3 +386,50 @@ def _plain(exc: BaseException, timeout: float) -> BaseException:
             f"no answer within {timeout:g} s (engines.start_timeout / engines.stop_timeout set the limits)"
         )
     return exc
+
+
+class HttpAdapter(EngineAdapter):
+    """The part every HTTP-server adapter shares: URL, known version, bearer token.
+
+    Subclasses set ``engine``, ``example_url``, and the version parser and option check
+    of their engine (``_parse_version``, ``_check_options``).
+    """
+
+    #: Shown in the error for an unusable URL.
+    example_url: str = "http://host:8000"
+
+    def __init__(self, url: str, *, replica: int = 0, version: str | None = None,
+                 api_key: str | None = None) -> None:
+        from ._http import normalise
+
+        super().__init__(replica=replica)
+        try:
+            self.url = normalise(url)
+        except ValueError as exc:
+            raise ConfigError("url", url, f"an http:// or https:// address such as {self.example_url}") from exc
+        if version is not None:
+            self._parse_version(version)
+        self._version = version
+        self.api_key = api_key
+
+    @staticmethod
+    def _parse_version(version: str) -> object:
+        """Parse ``version``; raise ``ConfigError`` for one this adapter cannot read."""
+        return version
+
+    @staticmethod
+    def _check_options(engines: EngineConfig, version: str | None) -> None:
+        """Raise ``ConfigError`` for an option ``version`` of the engine cannot honour."""
+
+    @property
+    def version(self) -> str | None:
+        return self._version
+
+    def check(self, engines: EngineConfig) -> None:
+        self._check_options(engines, self._version)
+
+    def describe(self) -> str:
+        return f"{self.engine}-replica{self.replica} ({self.url})"
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}

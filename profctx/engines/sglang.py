@@ -19,8 +19,8 @@ from typing import Any
 
 from .._config import EngineConfig
 from .._errors import ConfigError
-from ._base import AlreadyActive, EngineAdapter, EngineError, EngineRequest, Outcome
-from ._http import Unreachable, normalise, request
+from ._base import AlreadyActive, EngineAdapter, EngineError, EngineRequest, HttpAdapter, Outcome
+from ._http import Unreachable, request
 
 __all__ = [
     "NOT_IN_PROGRESS",
@@ -294,7 +294,7 @@ class SGLangEngineAdapter(EngineAdapter):
         return Outcome()
 
 
-class SGLangHttpAdapter(EngineAdapter):
+class SGLangHttpAdapter(HttpAdapter):
     """Drive an SGLang server through ``POST /start_profile`` and ``/stop_profile``.
 
     ``api_key``: the server's admin (or API) key, sent as a bearer token. ``version``: the
@@ -303,33 +303,13 @@ class SGLangHttpAdapter(EngineAdapter):
     """
 
     engine = "sglang"
-
-    def __init__(self, url: str, *, replica: int = 0, version: str | None = None,
-                 api_key: str | None = None) -> None:
-        super().__init__(replica=replica)
-        try:
-            self.url = normalise(url)
-        except ValueError as exc:
-            raise ConfigError("url", url, "an http:// or https:// address such as http://host:30000") from exc
-        if version is not None:
-            parse_version(version)
-        self._version = version
-        self.api_key = api_key
-
-    @property
-    def version(self) -> str | None:
-        return self._version
-
-    def check(self, engines: EngineConfig) -> None:
-        _check(engines, self._version)
-
-    def describe(self) -> str:
-        return f"sglang-replica{self.replica} ({self.url})"
+    example_url = "http://host:30000"
+    _parse_version = staticmethod(parse_version)
+    _check_options = staticmethod(_check)
 
     async def _post(self, path: str, body: Mapping[str, Any] | None, timeout: float) -> tuple[int, str]:
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         try:
-            response = await request("POST", self.url + path, body=body, headers=headers, timeout=timeout)
+            response = await request("POST", self.url + path, body=body, headers=self._headers(), timeout=timeout)
         except Unreachable as exc:
             raise EngineError(f"SGLang server {self.url} is unreachable: {exc}") from exc
         if response.status in (401, 403):

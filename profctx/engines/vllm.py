@@ -20,8 +20,8 @@ from typing import Any
 
 from .._config import EngineConfig, ProfilerConfig
 from .._errors import ConfigError
-from ._base import AlreadyActive, EngineAdapter, EngineError, EngineRequest, Outcome
-from ._http import Unreachable, normalise, request
+from ._base import AlreadyActive, EngineAdapter, EngineError, EngineRequest, HttpAdapter, Outcome
+from ._http import Unreachable, request
 
 __all__ = [
     "LaunchSettings",
@@ -255,7 +255,7 @@ class VLLMAdapter(_InProcess):
         await self._blocking(lambda: method(**kwargs))
 
 
-class VLLMHttpAdapter(EngineAdapter):
+class VLLMHttpAdapter(HttpAdapter):
     """Drive a vLLM OpenAI server through ``POST /start_profile`` and ``/stop_profile``.
 
     ``version``: the server's vLLM version; without it profctx asks ``GET /version`` once
@@ -264,32 +264,14 @@ class VLLMHttpAdapter(EngineAdapter):
     """
 
     engine = "vllm"
+    example_url = "http://host:8000"
+    _parse_version = staticmethod(parse_version)
+    _check_options = staticmethod(_check)
 
     def __init__(self, url: str, *, replica: int = 0, version: str | None = None, api_key: str | None = None,
                  trace_dir: str | None = None) -> None:
-        super().__init__(replica=replica)
-        try:
-            self.url = normalise(url)
-        except ValueError as exc:
-            raise ConfigError("url", url, "an http:// or https:// address such as http://host:8000") from exc
-        if version is not None:
-            parse_version(version)
-        self._version = version
-        self.api_key = api_key
+        super().__init__(url, replica=replica, version=version, api_key=api_key)
         self.trace_dir = trace_dir
-
-    @property
-    def version(self) -> str | None:
-        return self._version
-
-    def check(self, engines: EngineConfig) -> None:
-        _check(engines, self._version)
-
-    def describe(self) -> str:
-        return f"vllm-replica{self.replica} ({self.url})"
-
-    def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     async def _detect(self, timeout: float) -> None:
         if self._version is not None:
