@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _lifecycle, _log, _state
+from . import _lifecycle, _log, _propagate, _state
 from ._config import ProfilerConfig, load
 from ._log import logger
 from ._runtime import Runtime
@@ -50,6 +50,7 @@ def reset() -> None:
     _shutdown()
     _state.CONFIG = None
     _state.GATE.clear()
+    _propagate.open_worker_gate()  # a Ray worker must keep removing the reserved keyword
     for hook in list(_state.ROLE_HOOKS):
         detach = getattr(hook, "reset", None)
         if detach is not None:

@@ -50,3 +50,7 @@ class Worker:
 
     def plain(self, x: int) -> int:
         return x + 1
+
+    def reset(self) -> bool:
+        profctx.reset()
+        return True

@@ -70,6 +70,16 @@ def test_plain_calls_carry_the_scope_and_as_rank_sets_the_identity(ray_cluster: 
     ray.kill(fresh)
 
 
+def test_a_worker_that_resets_profctx_still_receives_carried_calls(ray_cluster: Any, tmp_path: Path) -> None:
+    _configure(tmp_path)
+    fresh = Worker.remote()  # type: ignore[attr-defined]
+    assert ray.get(fresh.reset.remote())
+    with profctx.profile_step(1, role="train"):
+        seen = ray.get(fresh.work.remote())  # the reserved keyword is still removed, not passed on
+    assert (seen["step"], seen["path"]) == (1, "train/work")
+    ray.kill(fresh)
+
+
 def test_fan_out_from_sync_and_async_callers_at_once(workers: list[Any], tmp_path: Path) -> None:
     _configure(tmp_path)
 
