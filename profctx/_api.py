@@ -94,4 +94,4 @@ def detach(*adapters: EngineAdapter) -> None:
 def _shutdown() -> None:
     runtime, OWNER.runtime = OWNER.runtime, None
     if runtime is not None:
-        runtime.shutdown()
+        runtime.shutdown(_lifecycle.EXIT_TIMEOUT)

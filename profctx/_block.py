@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import weakref
 from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import Any, final
@@ -26,7 +27,7 @@ class Session:
     open and stop before they close.
     """
 
-    __slots__ = ("opened", "runtime", "scope", "sets_role", "sets_step")
+    __slots__ = ("__weakref__", "_guard", "opened", "runtime", "scope", "sets_role", "sets_step")
 
     def __init__(self, parent: Scope, step: int | None, role: str | None, tags: dict[str, Any]) -> None:
         if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
@@ -38,12 +39,20 @@ class Session:
         self.sets_role = role is not None
         self.opened: Opened | None = None
         self.runtime: Runtime | None = OWNER.runtime
+        self._guard: weakref.finalize[Any, Any] | None = None
 
     def open(self) -> None:
-        """Open the captures and ranges the plan asks for (call with the parent scope active)."""
+        """Open the captures and ranges the plan asks for (call with the parent scope active).
+
+        A block that opened a capture is guarded: should it be dropped without closing (an
+        interrupt between statements of ``__exit__``), the runtime ends what it opened at the
+        next block of that thread, or at exit.
+        """
         rt = self.runtime
         if rt is not None:
-            self.opened = rt.open(self.scope, self.sets_step, self.sets_role, CONTEXT.get())
+            opened = self.opened = rt.open(self.scope, self.sets_step, self.sets_role, CONTEXT.get())
+            if opened is not None and (opened.owned is not None or opened.closes_run):
+                self._guard = weakref.finalize(self, rt.orphaned, opened)
 
     def activate(self) -> Tokens:
         """Make this scope (and its capture) ambient; return the tokens for :meth:`deactivate`."""
@@ -56,9 +65,11 @@ class Session:
     def deactivate(tokens: Tokens) -> None:
         """Restore the scope that was ambient before :meth:`activate`."""
         scope_token, capture_token = tokens
-        if capture_token is not None:
-            CONTEXT.reset(capture_token)
-        SCOPE.reset(scope_token)
+        try:
+            if capture_token is not None:
+                CONTEXT.reset(capture_token)
+        finally:
+            SCOPE.reset(scope_token)
 
     def wants_engines(self) -> bool:
         """Whether attached engines start for this block."""
@@ -117,34 +128,39 @@ class Session:
 
     def close(self, in_flight: bool) -> None:
         """Close what :meth:`open` opened."""
-        opened, self.opened = self.opened, None
+        opened = self.opened
         if opened is not None and self.runtime is not None:
             self.runtime.close(opened, in_flight=in_flight)
+        self.opened = None
+        if self._guard is not None:  # last: until here, a dropped block is still ended by its guard
+            self._guard.detach()
 
     # -- the whole life, for the with-statement and the decorators -------------------------------
 
     def start(self) -> Tokens:
-        """Open, start engines, activate; on any failure close what opened and re-raise."""
-        self.open()
+        """Open, start engines, activate; on any failure undo all of it and re-raise."""
+        tokens: Tokens | None = None
         try:
+            self.open()
             if self.wants_engines():
                 self.enter_engines()
-            return self.activate()
+            tokens = self.activate()
+            return tokens
         except BaseException:
-            self.exit_engines()
-            self.close(in_flight=True)
+            self.finish(tokens, in_flight=True)
             raise
 
     async def astart(self) -> Tokens:
         """The async twin of :meth:`start` (engines start concurrently)."""
-        self.open()
+        tokens: Tokens | None = None
         try:
+            self.open()
             if self.wants_engines():
                 await self.aenter_engines()
-            return self.activate()
+            tokens = self.activate()
+            return tokens
         except BaseException:
-            await self.aexit_engines()
-            self.close(in_flight=True)
+            await self.afinish(tokens, in_flight=True)
             raise
 
     def finish(self, tokens: Tokens | None, in_flight: bool) -> None:
@@ -198,12 +214,15 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
 
     def __enter__(self) -> Scope:
         session = self._new()
+        tokens: Tokens | None = None
         try:
-            self._tokens = session.start()
+            tokens = self._tokens = session.start()
+            return session.scope
         except BaseException:
-            self._session = None
+            self._session = self._tokens = None
+            if tokens is not None:  # started, then interrupted: the with-body will not run
+                session.finish(tokens, in_flight=True)
             raise
-        return session.scope
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -215,12 +234,15 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
 
     async def __aenter__(self) -> Scope:
         session = self._new()
+        tokens: Tokens | None = None
         try:
-            self._tokens = await session.astart()
+            tokens = self._tokens = await session.astart()
+            return session.scope
         except BaseException:
-            self._session = None
+            self._session = self._tokens = None
+            if tokens is not None:
+                await session.afinish(tokens, in_flight=True)
             raise
-        return session.scope
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

@@ -113,7 +113,6 @@ class Capture:
         (re-raised after cleaning up). A refusal or failure is recorded.
         """
         rt = self.runtime
-        claimed = False
         try:
             holder = rt.claim(self)
             if holder is not None:
@@ -123,7 +122,6 @@ class Capture:
                              reason=f"the process's profiler was owned by capture {holder.id} ({holder.label})",
                              owner={"capture": holder.id, "label": holder.label})
                 return False
-            claimed = True
             self.thread = threading.get_ident()
             self.start_wall = time.time()
             self.start_mono = time.perf_counter()
@@ -133,7 +131,7 @@ class Capture:
             self.status = "live"
             return True
         except BaseException as exc:
-            if claimed:
+            if rt.holder() is self:  # claimed (even if the interrupt came before claim() returned)
                 self._abandon(exc)
             if isinstance(exc, Exception):
                 rt.failure("start", exc)
@@ -143,6 +141,8 @@ class Capture:
     def _abandon(self, exc: BaseException) -> None:
         """Undo a start or stop that did not complete: stop what the backend started, give back the token."""
         rt = self.runtime
+        if self.status not in ("starting", "live", "stopping"):
+            return
         try:
             abort = getattr(rt.backend, "abort", None)
             if abort is not None:
@@ -213,16 +213,16 @@ class Capture:
         to that thread's next block (:meth:`Runtime.defer_stop`). ``in_flight``: a user
         exception is propagating, so a profiling error is never raised.
         """
-        if self.status != "live":
-            return
         rt = self.runtime
-        if threading.get_ident() != self.thread:
-            self.stop_requested = True
-            rt.defer_stop(self)
-            return
-        stopped = False
+        stopped = submitted = False
         blocked = 0.0
         try:
+            if self.status != "live":
+                return
+            if threading.get_ident() != self.thread:
+                self.stop_requested = True
+                rt.defer_stop(self)
+                return
             self.status = "stopping"
             self._close_own_ranges()
             t0 = time.perf_counter()
@@ -230,10 +230,13 @@ class Capture:
             stopped = True
             blocked = time.perf_counter() - t0
             rt.release(self)
+            end_wall = time.time()
+            rt.submit(lambda: self._write(finish, blocked, end_wall))
+            submitted = True
         except BaseException as exc:
             if not stopped:
                 self._abandon(exc)
-            else:
+            elif not submitted:
                 rt.release(self)
                 self.status = "interrupted"
                 self._finished("interrupted", error=exc, blocked=blocked)
@@ -241,8 +244,6 @@ class Capture:
                 rt.failure("stop", exc, in_flight=in_flight)
                 return
             raise
-        end_wall = time.time()
-        rt.submit(lambda: self._write(finish, blocked, end_wall))
 
     def abandon(self, reason: str) -> None:
         """Record a recording capture as ``interrupted`` without stopping it (its thread is not here)."""

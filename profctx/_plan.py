@@ -14,7 +14,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, final
+from typing import TYPE_CHECKING, Any, Literal, final
 
 from ._window import StepWindow
 
@@ -320,3 +320,32 @@ def simulate(policy: Policy, steps: Iterable[int], blocks: Sequence[RoleBlock] =
     if run is not None:
         close(run)
     return captures
+
+
+def blocks_of(paths: Iterable[str]) -> tuple[RoleBlock, ...]:
+    """Return the role blocks a step enters, from role paths in entry order.
+
+    ``["rollout", "train", "train/actor_update"]`` is ``rollout``, then ``train`` with
+    ``actor_update`` nested in it; a path's parents are created where missing.
+    """
+    roots: list[tuple[str, list[Any]]] = []
+
+    def place(parts: list[str], level: list[tuple[str, list[Any]]]) -> None:
+        if not parts:
+            return
+        head = parts[0]
+        for name, children in reversed(level):
+            if name == head:
+                place(parts[1:], children)
+                return
+        fresh: list[Any] = []
+        level.append((head, fresh))
+        place(parts[1:], fresh)
+
+    for path in paths:
+        place([p for p in path.split("/") if p], roots)
+
+    def build(level: list[tuple[str, list[Any]]]) -> tuple[RoleBlock, ...]:
+        return tuple(RoleBlock(name, build(children)) for name, children in level)
+
+    return build(roots)

@@ -58,7 +58,9 @@ class Writer:
     """Runs the file-writing jobs, in order, on one thread that lives only while there is work.
 
     The thread is not a daemon: at interpreter exit Python waits for the jobs already queued
-    (traces being written) and then exits; an idle writer holds nothing up.
+    (traces being written) and then exits; an idle writer holds nothing up. Submitting takes
+    no lock (a deque append), so an interrupt on the training thread can never leave a lock
+    the writer needs behind; the pending state is read off the queue itself.
     """
 
     #: Seconds an idle writer thread waits for more work before it ends.
@@ -66,50 +68,72 @@ class Writer:
 
     def __init__(self) -> None:
         self._jobs: deque[Callable[[], None]] = deque()
-        self._cond = threading.Condition()
-        self._pending = 0
+        self._running = False
         self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+        self._idle = threading.Event()
 
     def submit(self, job: Callable[[], None]) -> None:
         """Queue ``job``; start the thread if none is running."""
-        with self._cond:
-            self._pending += 1
-            self._jobs.append(job)
-            if self._thread is None:
-                try:
-                    thread = threading.Thread(target=self._run, name="profctx-writer")
-                    thread.start()
-                except RuntimeError:  # the interpreter is shutting down: write here
-                    self._jobs.pop()
-                    self._pending -= 1
-                    run_quietly(job)
-                    return
-                self._thread = thread
-            else:
-                self._cond.notify_all()
+        self._jobs.append(job)
+        self._idle.clear()
+        self._wake.set()
+        self._ensure_thread()
 
-    def _run(self) -> None:
+    def _ensure_thread(self) -> None:
+        thread = self._thread
+        if not self._jobs or (thread is not None and thread.is_alive()):
+            return
+        thread = threading.Thread(target=self._run, name="profctx-writer")
+        self._thread = thread
+        try:
+            thread.start()
+        except RuntimeError:  # the interpreter is shutting down: write here
+            self._thread = None
+            self._drain()
+
+    def _drain(self) -> None:
         while True:
-            with self._cond:
-                if not self._jobs:
-                    self._cond.wait(self.IDLE_S)
-                if not self._jobs:
-                    self._thread = None
-                    return
+            self._running = True
+            try:
                 job = self._jobs.popleft()
+            except IndexError:
+                self._running = False
+                return
             try:
                 run_quietly(job)
             finally:
-                with self._cond:
-                    self._pending -= 1
-                    self._cond.notify_all()
+                self._running = False
+
+    def _run(self) -> None:
+        while True:
+            self._drain()
+            self._idle.set()
+            self._wake.wait(self.IDLE_S)
+            self._wake.clear()
+            if not self._jobs:
+                self._thread = None
+                if self._jobs:  # a job arrived while ending: keep going
+                    self._thread = threading.current_thread()
+                    continue
+                return
+
+    def pending(self) -> bool:
+        """Whether a job is queued or running."""
+        return bool(self._jobs) or self._running
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every queued job has run; return whether they all did within ``timeout``."""
-        with self._cond:
-            if self._thread is threading.current_thread():
-                return self._pending <= 1
-            return self._cond.wait_for(lambda: self._pending == 0, timeout)
+        if self._thread is threading.current_thread():
+            return not self._jobs
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.pending():
+            self._ensure_thread()
+            left = 0.05 if deadline is None else min(0.05, deadline - time.monotonic())
+            if left <= 0:
+                return not self.pending()
+            self._idle.wait(left)
+        return True
 
 
 def run_quietly(job: Callable[[], None]) -> None:
@@ -141,7 +165,8 @@ class Runtime:
         self._identity: Identity | None = None
         self._manifest: ManifestWriter | None = None
         self._lock = threading.RLock()
-        self._holder: Capture | None = None
+        #: The native-capture token: its one key 'holder' is set while a capture holds the profiler.
+        self._token: dict[str, Capture] = {}
         self._deferred: list[Capture] = []
         self._seq = itertools.count(1)
         self._spans = Spans()
@@ -175,8 +200,7 @@ class Runtime:
 
     def wants_role(self, role: str, *, engines: bool) -> bool:
         """Whether ``@profiled(role=role)`` calls must run their wrapper in an in-window step now."""
-        holder = self._holder
-        return self.policy().wants_role(role, capturing=holder is not None, engines=engines)
+        return self.policy().wants_role(role, capturing=bool(self._token), engines=engines)
 
     # -- warm-up ------------------------------------------------------------------------------
 
@@ -218,10 +242,10 @@ class Runtime:
         self.owner.open_gate(opened)
         try:
             self._execute(opened, actions)
+            return opened
         except BaseException:
             self.close(opened, in_flight=True)
             raise
-        return opened
 
     def _execute(self, opened: Opened, actions: Actions) -> None:
         if actions.close_run:
@@ -260,21 +284,20 @@ class Runtime:
                     opened.ranges.append(entry)
 
     def close(self, opened: Opened, *, in_flight: bool = False) -> None:
-        """Undo what :meth:`open` did for ``opened``."""
+        """Undo what :meth:`open` did for ``opened`` (each step runs even if one before it is interrupted)."""
         try:
-            target = opened.target
-            if target is not None and target.status == "skipped":
-                target = target.holder
-            for entry in reversed(opened.ranges):
-                if target is not None:
-                    target.close_range(entry)
-            opened.ranges = []
-            if opened.owned is not None:
-                opened.owned.end(in_flight=in_flight)
-            elif opened.closes_run:
-                with self._lock:
-                    ours = self.run is not None and self.run is opened.target
-                if ours:
+            try:
+                target = opened.target
+                if target is not None and target.status == "skipped":
+                    target = target.holder
+                for entry in reversed(opened.ranges):
+                    if target is not None:
+                        target.close_range(entry)
+                opened.ranges = []
+            finally:
+                if opened.owned is not None:
+                    opened.owned.end(in_flight=in_flight)
+                elif opened.closes_run and self.run is not None and self.run is opened.target:
                     self.close_run(in_flight=in_flight)
         finally:
             self.owner.close_gate(opened)
@@ -295,26 +318,36 @@ class Runtime:
         profiler back (its status says it is no longer starting, live or stopping) is stale
         and replaced.
         """
-        with self._lock:
-            holder = self._holder
-            if holder is not None and holder.status in ("starting", "live", "stopping"):
+        previous = capture.status
+        capture.status = "starting"  # before taking the token: a holder is never seen as stale
+        while True:
+            holder = self._token.setdefault("holder", capture)  # atomic: no lock an interrupt could leave held
+            if holder is capture:
+                self.owner.refresh()
+                return None
+            if holder.status in ("starting", "live", "stopping"):
+                capture.status = previous
                 return holder
-            self._holder = capture
-            capture.status = "starting"
-        self.owner.refresh()
-        return None
+            if self._token.get("holder") is holder:
+                self._token.pop("holder", None)
 
     def release(self, capture: Capture) -> None:
         """Give the profiler back if ``capture`` holds it."""
-        with self._lock:
-            if self._holder is not capture:
-                return
-            self._holder = None
+        if self._token.get("holder") is not capture:
+            return
+        self._token.pop("holder", None)
         self.owner.refresh()
 
     def holder(self) -> Capture | None:
         """Return the capture holding the process's profiler, if any."""
-        return self._holder
+        return self._token.get("holder")
+
+    def orphaned(self, opened: Opened) -> None:
+        """End, at the next safe point, what a block opened and never closed (it was dropped)."""
+        self.owner.close_gate(opened)
+        for capture in (opened.owned, opened.target if opened.closes_run else None):
+            if capture is not None and capture.recording:
+                self.defer_stop(capture)
 
     def defer_stop(self, capture: Capture) -> None:
         """Stop ``capture`` at the next block its own thread enters or leaves (see :meth:`Capture.end`)."""
@@ -368,10 +401,10 @@ class Runtime:
     def record(self, record: Record | dict[str, Any]) -> None:
         """Append ``record`` to this process's manifest shard and tell listeners."""
         identity = self.identity()
-        with self._lock:
-            if self._manifest is None or self._manifest.identity != identity:
-                self._manifest = ManifestWriter(self.save_path, self.run_id, identity)
-            manifest = self._manifest
+        manifest = self._manifest
+        if manifest is None or manifest.identity != identity:
+            # No lock: the writer thread records too, and two writers of one shard only append.
+            manifest = self._manifest = ManifestWriter(self.save_path, self.run_id, identity)
         full = manifest.envelope(record)
         manifest.write(full)
         for listener in list(self.listeners):
@@ -405,7 +438,7 @@ class Runtime:
         """
         me = threading.get_ident()
         with self._lock:
-            run, holder, deferred = self.run, self._holder, list(self._deferred)
+            run, holder, deferred = self.run, self.holder(), list(self._deferred)
             self.run = None
             self._deferred = []
         for capture in {id(c): c for c in (run, holder, *deferred) if c is not None}.values():
@@ -415,8 +448,7 @@ class Runtime:
                 capture.abandon("still recording at exit on a thread that did not stop it; "
                                 "the profiler can only be stopped on the thread that started it")
         self.flush(timeout)
-        with self._lock:
-            manifest = self._manifest
+        manifest = self._manifest
         if manifest is not None:
             manifest.close(timeout=min(timeout or 0.0, 5.0))
         logger.debug("profctx runtime %s shut down", self.run_id)

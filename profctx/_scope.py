@@ -18,15 +18,23 @@ class Scope:
 
     __slots__ = ("_tags", "roles", "step")
 
+    step: int | None
+    roles: tuple[str, ...]
+    _tags: tuple[tuple[str, Any], ...]
+
     def __init__(
         self,
         step: int | None = None,
         roles: tuple[str, ...] = (),
         tags: Mapping[str, Any] | None = None,
     ) -> None:
-        self.step = step
-        self.roles = roles
-        self._tags: tuple[tuple[str, Any], ...] = tuple(sorted(tags.items())) if tags else ()
+        _init(self, step, tuple(roles), tuple(sorted(tags.items())) if tags else ())
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Scope is immutable: cannot set {name!r}; use profile_step() for a new scope")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"Scope is immutable: cannot delete {name!r}")
 
     @property
     def role(self) -> str | None:
@@ -46,9 +54,12 @@ class Scope:
     def child(self, step: int | None, role: str | None, tags: Mapping[str, Any]) -> Scope:
         """Return the scope of a nested block that sets ``step``, adds ``role`` and merges ``tags``."""
         new = Scope.__new__(Scope)
-        new.step = self.step if step is None else step
-        new.roles = self.roles if role is None else self.roles + split_role(role)
-        new._tags = tuple(sorted({**dict(self._tags), **tags}.items())) if tags else self._tags
+        _init(
+            new,
+            self.step if step is None else step,
+            self.roles if role is None else self.roles + split_role(role),
+            tuple(sorted({**dict(self._tags), **tags}.items())) if tags else self._tags,
+        )
         return new
 
     def to_dict(self) -> dict[str, Any]:
@@ -74,10 +85,31 @@ class Scope:
         )
 
     def __hash__(self) -> int:
-        return hash((self.step, self.roles, self._tags))
+        return hash((self.step, self.roles, _freeze(self._tags)))
 
     def __repr__(self) -> str:
         return f"Scope(step={self.step!r}, roles={self.roles!r}, tags={dict(self._tags)!r})"
+
+
+def _init(scope: Scope, step: int | None, roles: tuple[str, ...], tags: tuple[tuple[str, Any], ...]) -> None:
+    object.__setattr__(scope, "step", step)
+    object.__setattr__(scope, "roles", roles)
+    object.__setattr__(scope, "_tags", tags)
+
+
+def _freeze(value: Any) -> Any:
+    """Return a hashable stand-in for a tag value (lists, dicts and sets as tuples and frozensets)."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, Mapping):
+        return tuple(sorted((repr(k), _freeze(v)) for k, v in value.items()))
+    if isinstance(value, (set, frozenset)):
+        return frozenset(_freeze(v) for v in value)
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value
 
 
 def split_role(role: str) -> tuple[str, ...]:

@@ -15,7 +15,6 @@ one the later ranges are lost. :func:`capture_ranges` computes N from the config
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import json
 import os
 import shlex
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 from .._errors import ConfigError, one_of
 from .._layout import temporary
 from .._log import warn_once
+from .._plan import Policy, blocks_of, simulate
 from ._base import CaptureSpec, Finish
 
 if TYPE_CHECKING:
@@ -210,11 +210,12 @@ def capture_ranges(config: ProfilerConfig, roles_per_step: int | Sequence[str] |
 
     Raise ``ValueError`` in role mode when the roles per step are not given.
     """
-    window = config.steps
-    if not config.enable or window is None or not window:
+    if not config.active:
         return 0
+    policy = Policy.of(config, selected=True)
+    steps = list(config.steps or ())
     if config.mode == "step":
-        return len(window.runs()) if config.contiguous else len(window)
+        return len(simulate(policy, steps))
     given = roles_per_step if roles_per_step is not None else config.tool_options.get("roles_per_step")
     if given is None:
         raise ValueError(
@@ -222,9 +223,10 @@ def capture_ranges(config: ProfilerConfig, roles_per_step: int | Sequence[str] |
             "(a count, or the role paths entered in one step), or tool_options['roles_per_step']"
         )
     per_step = _roles_per_step(given, field="roles_per_step")
-    if isinstance(per_step, tuple):
-        per_step = sum(_opens_capture(config.roles, path) for path in per_step)
-    return len(window) * (per_step or 0)
+    if isinstance(per_step, int):
+        return len(steps) * per_step
+    plan = simulate(policy, steps, blocks_of(per_step or ()))
+    return sum(1 for capture in plan if capture.status == "ok")
 
 
 def nsys_options(config: ProfilerConfig, roles_per_step: int | Sequence[str] | None = None) -> dict[str, str]:
@@ -286,23 +288,6 @@ def ray_nsight(config: ProfilerConfig, roles_per_step: int | Sequence[str] | Non
 def command_line(argv: Sequence[str]) -> str:
     """Return ``argv`` as one shell-quoted line."""
     return shlex.join(argv)
-
-
-def _opens_capture(patterns: tuple[str, ...], path: str) -> bool:
-    parts = [p for p in path.split("/") if p]
-    if not parts:
-        return False
-    for depth in range(1, len(parts)):
-        if _matches(patterns, parts[:depth]):
-            return False  # an enclosing role holds the capture; this one is a range in it
-    return _matches(patterns, parts)
-
-
-def _matches(patterns: tuple[str, ...], parts: list[str]) -> bool:
-    if not patterns:
-        return True
-    name, path = parts[-1], "/".join(parts)
-    return any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(path, p) for p in patterns)
 
 
 def _roles_per_step(value: object, field: str = "tool_options.roles_per_step") -> int | tuple[str, ...] | None:

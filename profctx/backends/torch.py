@@ -99,9 +99,9 @@ class TorchBackend:
         flags = {keyword: (content in spec.contents) for content, keyword in FLAGS.items()}
         all_threads = bool(spec.options.get("all_threads", False))
         prof = profile(activities=activities, experimental_config=_experimental_config(all_threads), **flags)
-        prof.start()
-        self._prof = prof
+        self._prof = prof  # before start(): an interrupt inside it still leaves something to abort
         self._spec = spec
+        prof.start()
         prof.add_metadata_json("profctx", json.dumps(spec.metadata, default=str))
         if not _distributed_initialized():
             info = {"backend": "none", "rank": spec.identity.rank, "world_size": spec.identity.world_size}
@@ -110,16 +110,26 @@ class TorchBackend:
     def stop(self) -> Finish:
         """Stop the session on this thread; return the exporter (run off the training thread)."""
         prof, spec = self._prof, self._spec
-        self._prof = self._spec = None
         if prof is None or spec is None:
             raise RuntimeError("stop() without a live capture")
         prof.stop()
+        self._prof = self._spec = None
         results = getattr(prof.profiler, "kineto_results", None)
         if results is None or results.trace_start_ns() == 0:
             # Exporting a profiler whose session was taken by another one crashes the process.
             raise SessionLostError("another torch profiler took this process's profiling session during the capture")
         level = int(spec.options.get("compress_level", 3))
         return lambda: _export(prof, spec, level)
+
+    def abort(self) -> None:
+        """Stop a session whose start or stop was cut short (an interrupt); drop its data."""
+        prof, self._prof, self._spec = self._prof, None, None
+        if prof is None:
+            return
+        import torch
+
+        if torch.autograd._profiler_enabled():
+            prof.stop()
 
     def range(self, name: str) -> contextlib.AbstractContextManager[Any]:
         """Return ``torch.profiler.record_function(name)``."""
