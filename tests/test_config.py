@@ -74,8 +74,13 @@ def test_env_alone_configures(monkeypatch: pytest.MonkeyPatch) -> None:
     [
         ("PROFCTX_ENABLE", "maybe", "PROFCTX_ENABLE: 'maybe'"),
         ("PROFCTX_RANKS", "0,x", "PROFCTX_RANKS: '0,x'"),
-        ("PROFCTX_STEPS", "5:", "steps: '5:'"),
-        ("PROFCTX_MODE", "phase", "mode: 'phase'"),
+        ("PROFCTX_STEPS", "5:", "PROFCTX_STEPS: '5:' is not valid; an unbounded window"),
+        ("PROFCTX_STEPS", "3:6:0", "PROFCTX_STEPS: '3:6:0'"),
+        ("PROFCTX_MODE", "phase", "PROFCTX_MODE: 'phase' is not valid; allowed: 'step', 'role'"),
+        ("PROFCTX_TOOL", "perf", "PROFCTX_TOOL: 'perf' is not valid; allowed: 'auto'"),
+        ("PROFCTX_ROLES", "actor,,rollout", "PROFCTX_ROLES: 'actor,,rollout' is not valid; role names"),
+        ("PROFCTX_SAVE_PATH", "/proc/profiles", "PROFCTX_SAVE_PATH: '/proc/profiles'"),
+        ("PROFCTX_RUN_ID", "a/b", "PROFCTX_RUN_ID: 'a/b'"),
     ],
 )
 def test_bad_env_values_name_the_variable(monkeypatch: pytest.MonkeyPatch, env: str, value: str, needle: str) -> None:
