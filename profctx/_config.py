@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import os
@@ -353,10 +354,8 @@ def probe_save_path(save_path: str) -> None:
         reason = exc.strerror or type(exc).__name__
         raise ConfigError("save_path", save_path, f"a folder profctx can create and write into ({reason})") from None
     finally:
-        try:
+        with contextlib.suppress(OSError):  # the write failed before the file existed, or the folder is gone
             probe.unlink(missing_ok=True)
-        except OSError:  # the write failed before the file existed, or the folder is gone
-            pass
 
 
 def read_yaml(path: str | os.PathLike[str]) -> dict[Any, Any]:
@@ -399,6 +398,8 @@ def yaml_load(text: str, *, origin: str = "<text>") -> Any:
         return loader.get_single_data()
     except yaml.YAMLError as exc:
         raise ConfigError("config", origin, f"valid YAML ({exc})") from None
+    except ValueError as exc:  # a number too long for int() (over 4300 digits)
+        raise ConfigError("config", origin, f"YAML whose values profctx can read ({exc})") from None
     except RecursionError:
         raise ConfigError("config", origin, "YAML nested less deeply") from None
     finally:
@@ -427,7 +428,8 @@ def _build(cls: Any, data: Mapping[Any, Any], prefix: str) -> Any:
         if not isinstance(key, str) or key not in names:
             close = difflib.get_close_matches(key, names, n=1) if isinstance(key, str) else []
             hint = f"did you mean {close[0]!r}? " if close else ""
-            raise ConfigError(f"{prefix}{key}", data[key], f"{hint}known fields: {', '.join(sorted(names))}")
+            shown = key if isinstance(key, str) and key.isidentifier() else repr(key)  # '' or 1 stay visible
+            raise ConfigError(f"{prefix}{shown}", data[key], f"{hint}known fields: {', '.join(sorted(names))}")
     return cls(**data)
 
 
@@ -484,6 +486,7 @@ def _choices(name: str, value: object, allowed: tuple[str, ...]) -> tuple[str, .
 
 
 _RANKS: Final = "'all' or a non-empty list of integers >= 0"
+_TOO_MANY_RANKS: Final = f"at most {MAX_RANKS} ranks in a list; 'all' selects every rank"
 
 
 def _rank_list(name: str, value: object) -> tuple[int, ...] | Literal["all"]:
@@ -500,7 +503,7 @@ def _rank_list(name: str, value: object) -> tuple[int, ...] | Literal["all"]:
     if not isinstance(value, (list, tuple, range)) or not value:
         raise ConfigError(name, value, _RANKS)
     if (_too_long(value, MAX_RANKS) if isinstance(value, range) else len(value) > MAX_RANKS):
-        raise ConfigError(name, _shown(value), f"at most {MAX_RANKS} ranks in a list; 'all' selects every rank")
+        raise ConfigError(name, _shown(value), _TOO_MANY_RANKS)
     for item in value:
         if isinstance(item, bool) or not isinstance(item, int) or item < 0:
             raise ConfigError(name, _shown(value), _RANKS)
@@ -520,7 +523,7 @@ def _int_list(name: str, raw: str) -> tuple[int, ...]:
     if not items or any(i < 0 for i in items):
         raise ConfigError(name, raw, "'all' or a comma-separated list of integers >= 0")
     if len(items) > MAX_RANKS:
-        raise ConfigError(name, f"<{len(items)} ranks>", f"at most {MAX_RANKS} ranks in a list; 'all' selects every rank")
+        raise ConfigError(name, f"<{len(items)} ranks>", _TOO_MANY_RANKS)
     return tuple(sorted(set(items)))
 
 

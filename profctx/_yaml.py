@@ -21,7 +21,7 @@ class SliceSafeLoader(yaml.SafeLoader):
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
         """Resolve as YAML 1.1 does, but leave an untagged ``a:b`` scalar a string."""
-        tag = super().resolve(kind, value, implicit)
+        tag = super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
         if kind is yaml.ScalarNode and implicit[0] and tag in _NUMBER_TAGS and ":" in value:
             return _STR_TAG
         return tag
