@@ -223,7 +223,16 @@ def load(source: object = None, /, **overrides: Any) -> ProfilerConfig | None:
     ``save_path`` is probed (see :func:`probe_save_path`): the folder exists afterwards.
     Raise :class:`ConfigError` for anything invalid, and for nothing else.
     """
-    return _load(source, overrides, os.environ)
+    return _load(source, overrides, os.environ, probe=True)
+
+
+def load_config(source: object = None, /, **overrides: Any) -> ProfilerConfig | None:
+    """Return what :func:`load` returns, without touching the disk: ``save_path`` is not probed.
+
+    For tools that only read a config (``profctx nsys-command`` prints a command line): creating
+    the folder there would be a side effect nobody asked for. Values are checked all the same.
+    """
+    return _load(source, overrides, os.environ, probe=False)
 
 
 def from_environment(environ: Mapping[str, str] | None = None) -> ProfilerConfig | None:
@@ -233,10 +242,12 @@ def from_environment(environ: Mapping[str, str] | None = None) -> ProfilerConfig
     :class:`ConfigError` naming the variable, and an active config's ``save_path`` is probed.
     ``environ`` defaults to ``os.environ``. ``PROFCTX_RUN_ID`` alone does not count as set.
     """
-    return _load(None, {}, os.environ if environ is None else environ)
+    return _load(None, {}, os.environ if environ is None else environ, probe=True)
 
 
-def _load(source: object, overrides: dict[str, Any], environ: Mapping[str, str]) -> ProfilerConfig | None:
+def _load(
+    source: object, overrides: dict[str, Any], environ: Mapping[str, str], *, probe: bool
+) -> ProfilerConfig | None:
     data: dict[Any, Any]
     verl = overrides.pop("verl", None)  # a source, not a field: converted before any field is checked
     if verl is not None:
@@ -277,7 +288,7 @@ def _load(source: object, overrides: dict[str, Any], environ: Mapping[str, str])
             raise ConfigError("PROFCTX_RUN_ID", run_id, "letters, digits, '.', '_' or '-' (1-64 characters)")
         data["run_id"] = run_id
     config = ProfilerConfig.from_mapping(data)
-    if config.active:
+    if probe and config.active:
         probe_save_path(config.save_path)
     return config
 

@@ -172,7 +172,7 @@ def test_yaml_base_60_numbers_forced_by_a_tag_are_refused(tmp_path: Path, text: 
         profctx.configure(path)
 
 
-@pytest.mark.parametrize("text", ["rank: 1:2\n", "ranks: 0:4\n", "engines:\n  count: 1:30\n"])
+@pytest.mark.parametrize("text", ["rank: 1:2\n", "ranks: 1:4\n", "engines:\n  count: 1:30\n"])
 def test_yaml_slice_text_in_an_integer_field_is_refused(tmp_path: Path, text: str) -> None:
     path = tmp_path / "profile.yaml"
     path.write_text("steps: [1]\n" + text)
@@ -318,3 +318,19 @@ def test_from_environment_reads_and_checks_the_variables(tmp_path: Path) -> None
         from_environment({"PROFCTX_STEPS": "3:1"})
     with pytest.raises(ConfigError, match=r"^PROFCTX_RANKS: "):
         from_environment({"PROFCTX_STEPS": "1", "PROFCTX_RANKS": ",".join(["1"] * 200_001)})
+
+
+def test_a_command_that_only_reads_the_config_creates_no_folder(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from profctx._config import load_config
+    from profctx.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "profile.yaml"
+    path.write_text("steps: 3:6\ntool: nsys\nsave_path: out/profile\n")
+    config = load_config(path)
+    assert config is not None and list(config.steps or ()) == [3, 4, 5]
+    assert main(["nsys-command", "--config", str(path), "--", "python", "train.py"]) == 0
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ConfigError, match="^save_path: '/proc/x'"):  # values are still checked
+        load_config(path, save_path="/proc/x")
