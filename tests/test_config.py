@@ -332,5 +332,5 @@ def test_a_command_that_only_reads_the_config_creates_no_folder(tmp_path: Path,
     assert config is not None and list(config.steps or ()) == [3, 4, 5]
     assert main(["nsys-command", "--config", str(path), "--", "python", "train.py"]) == 0
     assert not (tmp_path / "out").exists()
-    with pytest.raises(ConfigError, match="^save_path: '/proc/x'"):  # values are still checked
+    with pytest.raises(ConfigError, match=r"^save_path: '/proc/x'"):  # values are still checked
         load_config(path, save_path="/proc/x")
