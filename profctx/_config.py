@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any, Final, Literal, final
 
 from ._errors import ConfigError, one_of
-from ._window import MAX_STEPS, StepWindow, _too_long
+from ._window import MAX_STEPS, StepWindow, range_exceeds
 
 MODES: Final = ("step", "role")
 ON_ERROR: Final = ("log", "raise")
@@ -376,6 +376,8 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[Any, Any]:
     Raise :class:`ConfigError` naming the file when it cannot be read or is not a mapping.
     """
     shown = os.fspath(path)
+    if not isinstance(shown, str):  # an os.PathLike may give bytes
+        raise ConfigError("config", shown, "a path to a YAML file, as text")
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -513,7 +515,7 @@ def _rank_list(name: str, value: object) -> tuple[int, ...] | Literal["all"]:
         value = [value]
     if not isinstance(value, (list, tuple, range)) or not value:
         raise ConfigError(name, value, _RANKS)
-    if (_too_long(value, MAX_RANKS) if isinstance(value, range) else len(value) > MAX_RANKS):
+    if (range_exceeds(value, MAX_RANKS) if isinstance(value, range) else len(value) > MAX_RANKS):
         raise ConfigError(name, _shown(value), _TOO_MANY_RANKS)
     for item in value:
         if isinstance(item, bool) or not isinstance(item, int) or item < 0:

@@ -70,7 +70,7 @@ class StepWindow:
 
     @classmethod
     def _checked(cls, steps: Iterable[int], original: object, field: str) -> StepWindow:
-        if isinstance(steps, range) and _too_long(steps, MAX_STEPS):
+        if isinstance(steps, range) and range_exceeds(steps, MAX_STEPS):
             raise ConfigError(field, original, f"at most {MAX_STEPS} steps")
         try:
             return cls(steps)
@@ -263,8 +263,11 @@ class StepWindow:
         return (StepWindow, (self._steps,))
 
 
-def _too_long(steps: range, limit: int) -> bool:
-    """Return whether ``steps`` holds more than ``limit`` items (``len`` overflows past 2**63)."""
+def range_exceeds(steps: range, limit: int) -> bool:
+    """Return whether ``steps`` holds more than ``limit`` items, without expanding it.
+
+    ``len()`` of a range raises ``OverflowError`` past 2**63 items; that counts as more.
+    """
     try:
         return len(steps) > limit
     except OverflowError:
