@@ -27,6 +27,7 @@ import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 import pytest
 
@@ -317,12 +318,45 @@ def test_python_snippet_runs(snippet: Item, tmp_path: Path, monkeypatch: pytest.
         profctx.reset()
 
 
+# -- YAML ---------------------------------------------------------------------------------------
+
+
+def yaml_texts() -> list[Item]:
+    """Return the example config files and the YAML blocks of the pages."""
+    out = [Item(_rel(p), 1, p.read_text(encoding="utf-8")) for p in EXAMPLES]
+    for page in PAGES:
+        out += [Item(_rel(page), line, body) for lang, body, line in _fences(page.read_text(encoding="utf-8"))
+                if lang in ("yaml", "yml")]
+    return out
+
+
+#: YAML shown on purpose with an unquoted slice, to say what it means.
+UNQUOTED_ON_PURPOSE: Final = {("docs/configuration.md", "steps: 3:6          # steps 3, 4, 5 through profctx")}
+
+
+@pytest.mark.parametrize("block", [pytest.param(i, id=i.id) for i in yaml_texts()])
+def test_yaml_in_docs_means_the_same_to_every_reader(block: Item) -> None:
+    # Readers copy these into Hydra/OmegaConf too, where an unquoted 3:6 becomes 186.
+    import yaml
+
+    from profctx._config import yaml_load
+
+    try:
+        plain = yaml.safe_load(block.text)
+    except yaml.YAMLError:
+        pytest.skip("not a YAML document on its own (side-by-side comparison)")
+    if any(page == block.page and needle in block.text for page, needle in UNQUOTED_ON_PURPOSE):
+        assert plain != yaml_load(block.text)
+        return
+    assert plain == yaml_load(block.text), f"{block.id}: quote the slices ('3:6'): YAML 1.1 reads them as numbers"
+
+
 # -- the allow-lists stay honest --------------------------------------------------------------
 
 
 def test_every_allow_list_entry_matches_something() -> None:
-    items = [*snippets(), *commands(), *links(), *file_references(), *_subcommands()]
-    for table in (NOT_RUNNABLE, KNOWN_FAILURES):
+    items = [*snippets(), *commands(), *links(), *file_references(), *_subcommands(), *yaml_texts()]
+    for table in (NOT_RUNNABLE, KNOWN_FAILURES, dict.fromkeys(UNQUOTED_ON_PURPOSE, "")):
         for page, needle in table:
             assert any(i.page == page and needle in i.text for i in items), f"stale entry: {page}: {needle!r}"
 
