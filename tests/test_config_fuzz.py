@@ -4,8 +4,10 @@ One Hypothesis run draws configs as keywords, mappings, YAML files, OmegaConf Di
 ``PROFCTX_*`` environments (alone or over a mapping), mixing plausible values with wrong types,
 huge numbers, huge ranges, bytes, NUL bytes and kernel paths, and passes each to
 ``profctx.configure``. A case passes when it configures or raises exactly ``ConfigError``.
-Each case is timed; the bound asserted per case is generous (1 s, far above the ~1 ms a case
-takes) so the test never flakes on a busy machine, and the measured distribution is printed.
+Each case is timed; one slower than 100 ms is timed twice more and its best time kept (a busy
+machine preempts, a real unbounded case is slow every time). The bound asserted per case is
+generous (1 s, far above the ~1 ms a case takes) so the test never flakes, and the measured
+distribution is printed.
 """
 
 from __future__ import annotations
@@ -113,11 +115,21 @@ def _fields(tmp: Path) -> dict[str, st.SearchStrategy[Any]]:
     return {name: st.one_of(strategy, strategy, _JUNK) for name, strategy in plausible.items()}
 
 
+@st.composite
+def _field_sets(draw: st.DrawFn, fields: dict[str, st.SearchStrategy[Any]]) -> dict[Any, Any]:
+    # A few fields per case, drawn directly: cheaper than an optional key per field, same reach.
+    names = draw(st.lists(st.sampled_from(sorted(fields)), max_size=6, unique=True))
+    out: dict[Any, Any] = {"exit_hooks": False}  # True installs process-wide signal handlers: tested elsewhere
+    out.update({name: draw(fields[name]) for name in names})
+    if draw(st.integers(0, 9)) == 0:  # now and then a key no config has
+        out[draw(st.one_of(_HASHABLE, st.sampled_from(["stepz", "profctx", "verl"])))] = draw(_JUNK)
+    return out
+
+
 def _mappings(tmp: Path) -> st.SearchStrategy[dict[Any, Any]]:
-    fields = st.fixed_dictionaries({"exit_hooks": st.just(False)}, optional=_fields(tmp))
-    extra = st.dictionaries(st.one_of(_HASHABLE, st.sampled_from(["stepz", "profctx", "verl"])), _JUNK, max_size=2)
-    merged = st.builds(lambda a, b: {**b, **a}, fields, st.one_of(st.just({}), extra))
-    return st.one_of(merged, st.builds(lambda m: {"profctx": m}, merged), st.builds(lambda j: {"profctx": j}, _JUNK))
+    merged = _field_sets(_fields(tmp))
+    return st.one_of(merged, merged, st.builds(lambda m: {"profctx": m}, merged),
+                     st.builds(lambda j: {"profctx": j}, _JUNK))
 
 
 # -- sources ------------------------------------------------------------------------------------
@@ -204,6 +216,28 @@ def _call(kind: str, payload: Any, tmp: Path) -> Callable[[], object]:
 
 # -- the test -----------------------------------------------------------------------------------
 
+#: A case slower than this is timed twice more and its best time kept (the target is 100 ms).
+SLOW_S = 0.1
+
+
+def _timed(call: Callable[[], object], outcomes: dict[str, int] | None) -> float:
+    """Run one case; return its seconds. Anything but ``ConfigError`` propagates and fails the case."""
+    start = time.perf_counter()
+    try:
+        call()
+        outcome = "configured"
+    except ConfigError as exc:
+        assert type(exc) is ConfigError
+        assert exc.field and exc.allowed, exc  # names the field and what is allowed
+        outcome = "ConfigError"
+    finally:
+        elapsed = time.perf_counter() - start
+        profctx.reset()
+    if outcomes is not None:
+        outcomes[outcome] += 1
+    return elapsed
+
+
 
 @pytest.mark.filterwarnings("ignore")
 def test_every_source_raises_only_config_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -223,17 +257,9 @@ def test_every_source_raises_only_config_error(tmp_path: Path, monkeypatch: pyte
     def run(case: tuple[str, Any]) -> None:
         kind, payload = case
         call = _call(kind, payload, tmp_path)
-        start = time.perf_counter()
-        try:
-            call()
-            outcomes["configured"] += 1
-        except ConfigError as exc:
-            assert type(exc) is ConfigError
-            assert exc.field and exc.allowed, exc  # names the field and what is allowed
-            outcomes["ConfigError"] += 1
-        finally:
-            elapsed = time.perf_counter() - start
-            profctx.reset()
+        elapsed = _timed(call, outcomes)
+        if elapsed > SLOW_S:  # preempted, or collecting garbage? the best of three tells
+            elapsed = min(elapsed, _timed(call, None), _timed(call, None))
         timings.setdefault(kind, []).append(elapsed)
         slowest.append((elapsed, kind, repr(payload)[:200]))
         slowest.sort(reverse=True)
