@@ -24,6 +24,8 @@ ENGINE_CONTENTS: Final = ("cpu", "cuda", "memory", "stack", "shapes")
 MAX_RANKS: Final = MAX_STEPS
 #: Longest engine timeout, in seconds (a week): a longer wait is a typo, and bounds the float conversion.
 MAX_TIMEOUT: Final = 7 * 24 * 3600.0
+#: Largest YAML file read as a config (a whole trainer config is tens of kB).
+MAX_YAML_BYTES: Final = 4 * 2**20
 #: Folders of kernel pseudo-file systems: nothing profctx writes can live there.
 PSEUDO_FOLDERS: Final = ("/proc", "/sys")
 
@@ -379,7 +381,11 @@ def read_yaml(path: str | os.PathLike[str]) -> dict[Any, Any]:
     if not isinstance(shown, str):  # an os.PathLike may give bytes
         raise ConfigError("config", shown, "a path to a YAML file, as text")
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(shown, "rb") as handle:  # bounded: a path to /dev/zero or a log file must not hang here
+            raw = handle.read(MAX_YAML_BYTES + 1)
+        if len(raw) > MAX_YAML_BYTES:
+            raise ConfigError("config", shown, f"a YAML file of at most {MAX_YAML_BYTES // 2**20} MiB")
+        text = raw.decode("utf-8")
     except OSError as exc:
         raise ConfigError("config", shown, f"a readable YAML file ({exc.strerror or exc})") from None
     except (ValueError, UnicodeDecodeError) as exc:  # a NUL byte in the path, or not UTF-8

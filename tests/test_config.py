@@ -334,3 +334,16 @@ def test_a_command_that_only_reads_the_config_creates_no_folder(tmp_path: Path,
     assert not (tmp_path / "out").exists()
     with pytest.raises(ConfigError, match=r"^save_path: '/proc/x'"):  # values are still checked
         load_config(path, save_path="/proc/x")
+
+
+def test_yaml_alias_bomb_and_endless_files_are_refused_quickly(tmp_path: Path) -> None:
+    # Nine levels of nine aliases: 9**9 leaves if anything expanded them (the error message, say).
+    anchors = ["  a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    anchors += [f"  a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("tool_options:\n" + "\n".join(anchors) + "\nsteps: *a8\n")
+    with pytest.raises(ConfigError, match="^steps: ") as info:
+        profctx.configure(bomb)
+    assert len(str(info.value)) < 10_000
+    with pytest.raises(ConfigError, match="at most 4 MiB"):
+        profctx.configure("/dev/zero")
