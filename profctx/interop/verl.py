@@ -115,6 +115,14 @@ def _convert(data: Mapping[str, Any], version: str) -> Conversion:
     rollout = next((r for r in enabled if r.name == "rollout"), None)
 
     tool = resolve_tool(report, gpath, g, roles, enabled)
+    if tool == "torch_memory":
+        tool_path = f"{gpath}.tool" if g.get("tool") == tool else next(
+            (r.field("tool") for r in roles if r.tool == tool), f"{gpath}.tool")
+        report.note(tool_path, tool, "verl turns on CUDA memory history in every worker process built with this "
+                    "tool, whatever steps and enable say, and writes an allocator snapshot on out-of-memory on "
+                    "the ranks its blocks select (all_ranks, ranks, else rank 0); profctx records memory only "
+                    "inside captures: call profctx.backends.torch_memory.watch_oom(save_path) once in each "
+                    "worker for verl's always-on history and OOM snapshots")
     primary = training[0] if training else rollout
     primary_config = tool_config(primary, tool) if primary is not None else {}
 
@@ -134,6 +142,13 @@ def _convert(data: Mapping[str, Any], version: str) -> Conversion:
 
     mode = capture_mode(report, gpath, g, tool, training or ([rollout] if rollout else []))
     contiguous = sft and mode == "step" if sft else contiguous_steps(report, gpath, g, mode)
+    if enable and mode == "step":
+        for role in roles:
+            if role.name in ("actor", "critic") and not role.enable and _has_worker(role.name, data):
+                report.note(role.field("enable"), False, f"profctx's step mode captures whole steps in every "
+                            f"process on the selected ranks, the {role.name}'s worker processes too, where verl "
+                            f"profiles none of them; call profctx.configure(enable=False) in the {role.name}'s "
+                            "worker processes to match")
     ranks = rank_selection(report, training)
     patterns = role_filter(roles, enabled, version)
     if sft and mode == "role":
@@ -164,3 +179,15 @@ def _convert(data: Mapping[str, Any], version: str) -> Conversion:
         tool_options=options,
     )
     return report.conversion(config)
+
+
+def _has_worker(role: str, data: Mapping[str, Any]) -> bool:
+    """Return whether verl starts a worker for ``role`` (the critic: critic.enable, else the GAE estimator)."""
+    if role != "critic" or "algorithm" not in data:
+        return True
+    critic = data.get("critic")
+    flag = critic.get("enable") if isinstance(critic, Mapping) else None
+    if flag is not None:
+        return bool(flag)
+    algorithm = data.get("algorithm")
+    return isinstance(algorithm, Mapping) and algorithm.get("adv_estimator") == "gae"

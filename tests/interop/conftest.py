@@ -21,3 +21,27 @@ def load_shape(shape: str) -> Any:
 @pytest.fixture(params=SHAPES)
 def shape(request: pytest.FixtureRequest) -> str:
     return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def verl_wheel(pytestconfig: pytest.Config) -> None:
+    """Make the real verl 0.9.1 importable: installed already, else its wheel installed here with --no-deps.
+
+    verl's own dependencies are heavy (vLLM, Ray extras, datasets...); its config and profiler
+    modules need only the light packages of profctx's ``verl`` extra (in ``test``). The wheel is
+    installed once into pytest's cache folder.
+    """
+    import importlib.util
+    import subprocess
+    import sys
+
+    from .verl_inputs import VERL_VERSION
+
+    if importlib.util.find_spec("verl") is None:
+        target = pytestconfig.cache.mkdir(f"verl-{VERL_VERSION}") if pytestconfig.cache else None
+        assert target is not None
+        if not (target / "verl").is_dir():
+            subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
+                            f"verl=={VERL_VERSION}"], check=True)
+        sys.path.insert(0, str(target))
+    pytest.importorskip("verl.utils.profiler", reason="verl's config modules need profctx's 'verl' extra")

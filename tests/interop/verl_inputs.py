@@ -57,16 +57,16 @@ def compose(item: Input) -> Any:
 
 
 def shipped_configs() -> list[Input]:
-    """Return every top-level trainer config verl ships that holds a profiler, and every ``_generated_`` dump."""
+    """Return every top-level trainer config verl ships whose composition holds a profiler, and every dump."""
     out: list[Input] = []
     for path in sorted(config_dir().glob("*.yaml")):
-        text = path.read_text(encoding="utf-8")
-        if "profiler" not in text:
-            continue
         if path.name.startswith("_generated_"):
-            out.append(Input(path.stem, path.stem, dump=path))
+            item = Input(path.stem, path.stem, dump=path)
         else:
-            out.append(Input(path.stem, path.stem))
+            item = Input(path.stem, path.stem)
+        cfg = compose(item)
+        if "global_profiler" in cfg or "profiler" in cfg:
+            out.append(item)
     return out
 
 
