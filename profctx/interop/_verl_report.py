@@ -88,7 +88,8 @@ class Report:
 
     def known(self, leaf: str) -> bool:
         """Return whether ``leaf`` or a field inside it is accounted for."""
-        return any(leaf == f or leaf.startswith(f + ".") for f in self.fields)
+        parts = leaf.split(".")
+        return any(".".join(parts[:n]) in self.fields for n in range(len(parts), 0, -1))
 
     def sweep(self) -> None:
         """Note every leaf of the profiler blocks that nothing accounted for."""

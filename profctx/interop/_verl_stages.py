@@ -9,6 +9,7 @@ the 0.9 table against the annotations in the installed verl wheel.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Final
 
@@ -75,8 +76,9 @@ def _major_minor(version: str) -> tuple[int, int] | None:
         return None
 
 
+@functools.cache
 def installed_version() -> str | None:
-    """Return the installed verl distribution's version, or ``None`` when verl is not installed."""
+    """Return the installed verl distribution's version, or ``None`` when verl is not installed (read once)."""
     from importlib import metadata
 
     try:

@@ -39,6 +39,7 @@ from ._verl_roles import (
     sft_interval,
     stage_patterns,
 )
+from ._verl_types import check_block
 from ._verl_stages import STAGES, VERSIONS, resolve_version
 from ._verl_settings import DEFAULT_SAVE_PATH, account_hooks, capture_mode, contiguous_steps, resolve_save_path
 from ._verl_tool import KNOWN_TOOL_FIELDS, TOOLS, UNSUPPORTED_TOOLS, global_leftovers, resolve_tool, tool_config
@@ -94,7 +95,9 @@ def _convert(data: Mapping[str, Any], version: str) -> Conversion:
     gpath, g = glob_entry if glob_entry is not None else ("global_profiler", {})
     if glob_entry is not None:
         report.blocks[gpath] = g
+        check_block(gpath, g)
     for role in roles:
+        check_block(role.path, role.block)
         report.blocks[role.path] = role.block
         read_role(report, role, g)
     roles = drop_unknown(report, fuse_ref(report, roles), version)

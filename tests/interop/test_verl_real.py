@@ -290,3 +290,49 @@ def test_the_difference_check_catches_a_silent_change(composed: dict[str, Any]) 
     broken = config.replace(roles=("actor_compute_log_prob", "actor_update", "rollout"))
     diffs = _differences(cfg, broken)
     assert any(p == "actor_rollout_ref.actor.profiler" and "ref_compute_log_prob" in w for p, w in diffs)
+
+
+# -- wrong types anywhere in a real config: ConfigError naming the field, never another error -----------
+
+_WRONG = (7, "x", [1, "a"], {"k": 1})
+_PROFILING = ("global_profiler.steps=[1,2]", "actor_rollout_ref.actor.profiler.enable=True",
+              "actor_rollout_ref.rollout.name=vllm", "critic.enable=True", "critic.profiler.enable=True",
+              "actor_rollout_ref.actor.profiler.tool_config.torch.discrete=True",
+              "actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=True",
+              "actor_rollout_ref.rollout.profiler.tool_config.npu.discrete=True")
+
+
+def _profiler_parts(data: dict[str, Any]) -> dict[str, Any]:
+    arr = data["actor_rollout_ref"]
+    rollout = {k: arr["rollout"][k] for k in ("profiler", "name", "tensor_model_parallel_size",
+                                               "data_parallel_size", "pipeline_model_parallel_size")}
+    return {"global_profiler": data["global_profiler"], "algorithm": {"adv_estimator": "gae"},
+            "critic": {"enable": True, "profiler": data["critic"]["profiler"]},
+            "actor_rollout_ref": {"actor": {"profiler": arr["actor"]["profiler"]},
+                                  "ref": {"profiler": arr["ref"]["profiler"]}, "rollout": rollout}}
+
+
+@pytest.mark.parametrize("tool", ["torch", "npu", "nsys", "torch_memory"])
+def test_a_wrong_type_in_any_profiler_field_is_a_config_error(tool: str) -> None:
+    require_verl()
+    cfg = compose(Input("profiling", "ppo_trainer", (*_PROFILING, f"global_profiler.tool={tool}")))
+    base = _profiler_parts(OmegaConf.to_container(cfg, resolve=True))
+    convert(base)  # the valid config converts
+    refused = 0
+    for leaf in list(_leaves("", base)):
+        keys = leaf.strip(".").split(".")
+        if "profiler" not in leaf or keys[-1] in ("_target_", "name"):
+            continue
+        for wrong in _WRONG:
+            data = json.loads(json.dumps(base))
+            node = data
+            for key in keys[:-1]:
+                node = node[key]
+            node[keys[-1]] = wrong
+            try:
+                convert(data)
+            except profctx.ConfigError as err:
+                refused += 1
+                assert err.field.startswith(leaf.strip(".")) or err.field == "verl", (leaf, wrong, err.field)
+                assert repr(wrong)[:20] in str(err) or str(wrong)[:20] in str(err)
+    assert refused > 100
