@@ -180,11 +180,21 @@ def fuse_ref(report: Report, roles: list[Role]) -> list[Role]:
                 report.mapped(leaf, "follows actor.profiler.enable (the ref stage runs in the actor's worker)")
             else:
                 report.note(leaf, value, why)
-        elif not actor.enable or actor_leaves.get(twin, value) == value:
+        elif not actor.enable or actor_leaves.get(twin, value) == value or _is_default(leaf, value):
             report.mapped(leaf, "follows actor.profiler (the ref stage runs in the actor's worker)")
         else:
             report.note(leaf, value, why)
     return [r for r in roles if r is not ref]
+
+
+#: verl's defaults for the fields of a role block (profiler.yaml): a ref field left at its default
+#: was not set by the user, so the actor's value it is overridden by is no surprise.
+_DEFAULTS: Final[Mapping[str, object]] = {"all_ranks": False, "ranks": [], "contents": [], "discrete": False}
+
+
+def _is_default(leaf: str, value: object) -> bool:
+    key = leaf.rsplit(".", 1)[-1]
+    return key in _DEFAULTS and _DEFAULTS[key] == value
 
 
 def drop_unknown(report: Report, roles: list[Role], version: str) -> list[Role]:

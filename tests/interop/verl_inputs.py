@@ -17,6 +17,8 @@ import pytest
 FIXTURES = Path(__file__).parent / "fixtures" / "verl_0.9"
 #: The verl release the tests run against (installed with --no-deps by the session fixture).
 VERL_VERSION = "0.9.1"
+#: What the example scripts' ``$HOME`` stands for here (the shell expands it before verl sees it).
+HOME = "/home/user"
 #: Override keys an example script sets that matter to profiling (the others set model, data, batch sizes).
 _KEYS = re.compile(r"(profil|rollout\.name$|rollout\.(tensor|data|pipeline)_model_parallel_size$|lora)")
 
@@ -71,12 +73,15 @@ def shipped_configs() -> list[Input]:
 
 
 def script_overrides(text: str, env: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """Return the profiling overrides of one of verl's example scripts, with its defaults (or ``env``) filled in."""
+    """Return the profiling overrides of one of verl's example scripts, with its defaults (or ``env``) filled in.
+
+    ``$HOME`` is :data:`HOME`, so the result does not depend on this machine.
+    """
     env = dict(env or {})
     values: dict[str, str] = {}
     for match in re.finditer(r"^(\w+)=\$\{(\w+):-(.*)\}\s*$", text, re.M):
         name, var, default = match.groups()
-        raw = env.get(var, default)
+        raw = env.get(var, default).replace("$HOME", HOME)
         values[name] = shlex.split(raw)[0] if raw.strip() else raw
     out: list[str] = []
     for line in text.splitlines():
