@@ -28,7 +28,8 @@ def register(subparsers: Any) -> None:
                     "@FILE reads them from FILE, one per line ('#' lines are comments).",
     )
     parser.add_argument("config", metavar="CONFIG", help="a verl YAML file, or a verl trainer config name")
-    parser.add_argument("overrides", nargs="*", metavar="OVERRIDE", help="verl overrides, e.g. global_profiler.steps=[1,2]")
+    parser.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+                        help="verl overrides, e.g. global_profiler.steps=[1,2], or @FILE")
     parser.add_argument("--verl-version", help="the verl version whose stage names to use (default: installed)")
     parser.set_defaults(func=run)
 
@@ -111,7 +112,7 @@ def _compose(name: str, overrides: list[str]) -> Any:
 
 
 def render(config: ProfilerConfig) -> str:
-    """Return ``config`` as YAML holding the fields that differ from profctx's defaults (``profctx.configure`` reads it)."""
+    """Return ``config`` as YAML: the fields that differ from profctx's defaults (``profctx.configure`` reads it)."""
     import yaml
 
     data = _changed(config, ProfilerConfig(enable=False))

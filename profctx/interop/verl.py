@@ -39,10 +39,10 @@ from ._verl_roles import (
     sft_interval,
     stage_patterns,
 )
-from ._verl_types import check_block
-from ._verl_stages import STAGES, VERSIONS, resolve_version
 from ._verl_settings import DEFAULT_SAVE_PATH, account_hooks, capture_mode, contiguous_steps, resolve_save_path
+from ._verl_stages import STAGES, VERSIONS, resolve_version
 from ._verl_tool import KNOWN_TOOL_FIELDS, TOOLS, UNSUPPORTED_TOOLS, global_leftovers, resolve_tool, tool_config
+from ._verl_types import check_block
 
 __all__ = [
     "CONTENTS",

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import io
 import re
-from pathlib import Path
 
 import pytest
 
@@ -127,8 +126,9 @@ def test_the_nsys_example_is_the_one_of_verls_docs() -> None:
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_profctx_example_is_the_converted_verl_example(case: str) -> None:
-    from .verl_inputs import Input, compose
     from profctx.interop.verl import convert
+
+    from .verl_inputs import Input, compose
 
     converted = convert(compose(Input(case, "ppo_trainer", tuple(_args(case))))).config
     loaded = profctx.ProfilerConfig.from_mapping(

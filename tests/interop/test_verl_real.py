@@ -61,7 +61,7 @@ def composed() -> dict[str, Any]:
     for item in inputs():
         try:
             out[item.name] = compose(item)
-        except Exception as exc:  # noqa: BLE001 - recorded, checked against REFUSED_BY_VERL
+        except Exception as exc:
             out[item.name] = exc
     return out
 
@@ -336,3 +336,134 @@ def test_a_wrong_type_in_any_profiler_field_is_a_config_error(tool: str) -> None
                 assert err.field.startswith(leaf.strip(".")) or err.field == "verl", (leaf, wrong, err.field)
                 assert repr(wrong)[:20] in str(err) or str(wrong)[:20] in str(err)
     assert refused > 100
+
+
+# -- the cases, one by one, on verl's real ppo_trainer / sft_trainer_engine --------------------
+
+_ON = ("global_profiler.tool=torch", "global_profiler.steps=[1,2]", "actor_rollout_ref.actor.profiler.enable=True",
+       "actor_rollout_ref.rollout.name=vllm")
+
+
+def _real(*overrides: str, config: str = "ppo_trainer") -> Conversion:
+    require_verl()
+    return convert(compose(Input("case", config, overrides)))
+
+
+@pytest.mark.parametrize("flag", ["null", "True", "False"])
+def test_the_legacy_reward_model_section_is_not_a_profiler_block(flag: str) -> None:
+    conversion = _real(*_ON, f"reward_model.enable={flag}")
+    assert not any(n.field.startswith("reward_model") for n in conversion.notes)
+    assert not any(f.startswith("reward_model") for f in conversion.fields)
+    assert conversion.config.enable and conversion.config.ranks == (0,)
+
+
+@pytest.mark.parametrize(("actor", "ref"), [(True, True), (True, False), (False, True), (False, False)])
+def test_the_ref_stage_follows_the_actor(actor: bool, ref: bool) -> None:
+    conversion = _real("global_profiler.tool=torch", "global_profiler.steps=[1]",
+                       f"actor_rollout_ref.actor.profiler.enable={actor}", f"actor_rollout_ref.ref.profiler.enable={ref}",
+                       "actor_rollout_ref.actor.profiler.tool_config.torch.discrete=True", "critic.enable=False")
+    config = conversion.config
+    assert config.enable is actor
+    if actor:
+        assert "ref_compute_log_prob" in config.roles and "actor_update" in config.roles
+    note = conversion.note("actor_rollout_ref.ref.profiler.enable")
+    assert (note is not None) is (actor != ref)
+
+
+@pytest.mark.parametrize(("tool", "contents"), [("torch", "[stack]"), ("torch", "[cpu]"), ("npu", "[npu,cpu]"),
+                                                ("torch", "[cuda,shapes]"), ("torch", "[]")])
+def test_rollout_engines_keep_their_own_activities(tool: str, contents: str) -> None:
+    from profctx.engines.vllm import launch_settings
+
+    conversion = _real(f"global_profiler.tool={tool}", "global_profiler.steps=[1]",
+                       "actor_rollout_ref.actor.profiler.enable=True", "actor_rollout_ref.rollout.name=vllm",
+                       f"actor_rollout_ref.rollout.profiler.tool_config.{tool}.discrete=True",
+                       f"actor_rollout_ref.rollout.profiler.tool_config.{tool}.contents={contents}")
+    engines = conversion.config.engines
+    assert engines.roles == ("rollout",)
+    assert not {"cpu", "cuda", "npu"} & set(engines.contents)
+    settings = launch_settings(conversion.config, version="0.33.0")
+    assert "torch_profiler_activities" not in (settings.profiler_config or {})
+
+
+def test_the_critic_stage_is_train_batch_in_verl_09() -> None:
+    conversion = _real("global_profiler.tool=torch", "global_profiler.steps=[1]", "critic.enable=True",
+                       "critic.profiler.enable=True", "critic.profiler.tool_config.torch.discrete=True")
+    assert conversion.config.roles == ("train_batch",) and conversion.config.mode == "role"
+
+
+def test_a_reward_model_profiler_block_is_reported_unused_in_verl_09() -> None:
+    conversion = convert({"global_profiler": {"tool": "torch", "steps": [1]},
+                          "actor": {"enable": True}, "reward_model": {"profiler": {"enable": True}}}, "0.9.1")
+    note = conversion.note("reward_model.profiler.enable")
+    assert note is not None and "no reward_model profiler" in note.reason
+    assert "compute_rm_score" not in conversion.config.roles
+
+
+def test_an_enabled_role_without_steps_is_reported() -> None:
+    conversion = _real("global_profiler.tool=torch", "actor_rollout_ref.actor.profiler.enable=True")
+    assert conversion.config.enable is False
+    note = conversion.note("global_profiler.steps")
+    assert note is not None and "no step is listed" in note.reason
+
+
+def test_sft_profile_interval_becomes_one_capture_over_the_steps() -> None:
+    conversion = _real("profiler.enable=True", "trainer.profile_interval=[3,5]", config="sft_trainer_engine")
+    config = conversion.config
+    assert config.enable and list(config.steps or ()) == [3, 4, 5] and config.contiguous and config.mode == "step"
+    discrete = _real("profiler.enable=True", "trainer.profile_interval=[3,5]", "profiler.tool_config.torch.discrete=True",
+                     config="sft_trainer_engine").config
+    assert discrete.mode == "role" and discrete.roles == ("train_batch",) and not discrete.contiguous
+
+
+@pytest.mark.parametrize(("interval", "why"), [("[-1,-1]", None), ("[0,4]", "count from 1")])
+def test_sft_interval_that_profiles_nothing(interval: str, why: str | None) -> None:
+    conversion = _real("profiler.enable=True", f"trainer.profile_interval={interval}", config="sft_trainer_engine")
+    assert conversion.config.enable is False
+    note = conversion.note("trainer.profile_interval")
+    assert note is not None and (why is None or why in note.reason)
+
+
+def test_sft_bad_interval_is_a_config_error() -> None:
+    with pytest.raises(profctx.ConfigError) as err:
+        _real("profiler.enable=True", "trainer.profile_interval=[5,3]", config="sft_trainer_engine")
+    assert err.value.field == "trainer.profile_interval"
+
+
+def test_torch_memory_without_steps_is_reported_with_what_to_call() -> None:
+    conversion = _real("global_profiler.tool=torch_memory")
+    note = conversion.note("global_profiler.tool")
+    assert conversion.config.enable is False
+    assert note is not None and "watch_oom" in note.reason and "whatever steps" in note.reason
+
+
+def test_trtllm_rollout_is_reported_not_driven_as_vllm() -> None:
+    conversion = _real("global_profiler.tool=torch", "global_profiler.steps=[1]",
+                       "actor_rollout_ref.actor.profiler.enable=True", "actor_rollout_ref.rollout.name=trtllm",
+                       "actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=True")
+    assert conversion.config.engines.roles == ()
+    note = conversion.note("actor_rollout_ref.rollout.profiler.enable")
+    assert note is not None and "TensorRT-LLM" in note.reason
+
+
+def test_vllm_ignore_frontend_is_reported_without_a_token_window() -> None:
+    conversion = _real(*_ON, "actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=True")
+    note = conversion.note("actor_rollout_ref.rollout.profiler.tool_config.torch.profile_token_end")
+    assert note is not None and "ignore_frontend" in note.reason
+    windowed = _real(*_ON, "actor_rollout_ref.rollout.profiler.tool_config.torch.discrete=True",
+                     "actor_rollout_ref.rollout.profiler.tool_config.torch.profile_token_end=40")
+    assert not any("ignore_frontend" in n.reason for n in windowed.notes)
+
+
+def test_verls_profiler_config_dataclass_is_read_as_a_role_block() -> None:
+    require_verl()
+    from verl.utils.profiler import ProfilerConfig
+    from verl.utils.profiler.config import TorchProfilerToolConfig
+
+    block = ProfilerConfig(tool="torch", enable=True, ranks=[1], save_path="/p",
+                           tool_config={"torch": TorchProfilerToolConfig(discrete=True)})
+    for given in (block, {"global_profiler": {"tool": "torch", "steps": [2]}, "actor": block}):
+        conversion = convert(given, "0.9.1")
+        assert conversion.config.mode == "role" and conversion.config.ranks == (1,)
+        assert conversion.config.save_path == "/p" or given is not block
+    assert convert({"global_profiler": {"tool": "torch", "steps": [2]}, "actor": block}, "0.9.1").config.enable
