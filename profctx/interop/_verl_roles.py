@@ -12,7 +12,7 @@ from typing import Any, Final, Literal
 
 from .._errors import ConfigError
 from ._verl_input import as_flag, as_mapping
-from ._verl_report import Report, leaves
+from ._verl_report import Report, instead, leaves
 from ._verl_stages import ROLLOUT_ROLE, STAGES
 
 #: verl role -> where its ``profiler`` block sits in the trainer config.
@@ -125,7 +125,8 @@ def rank_selection(report: Report, training: list[Role]) -> tuple[int, ...] | Li
             value = role.all_ranks if key == "all_ranks" else list(role.ranks)
             shown = "all ranks" if union == "all" else f"ranks {list(union)}"
             report.note(role.field(key), value, f"profctx has one rank selection for all roles: the union of "
-                        f"the enabled roles' ranks ({shown}) is used, so this role is profiled there too")
+                        f"the enabled roles' ranks ({shown}) is used, so this role is profiled there too; "
+                        f"{instead('ranks')}")
     return union
 
 

@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from .._errors import ConfigError, one_of
 from ._verl_input import as_mapping
-from ._verl_report import Report, leaves
+from ._verl_report import Report, instead, leaves
 from ._verl_roles import Role
 
 #: verl tools profctx has a backend for.
@@ -63,7 +63,7 @@ def resolve_tool(
             report.mapped(role.field("tool"), "tool")
         elif role.enable:
             report.note(role.field("tool"), role.tool, f"profctx uses one tool per process: {tool!r} is used "
-                        f"for this role too")
+                        f"for this role too; {instead('tool')}")
         else:
             report.mapped(role.field("tool"), "unused: the role is not enabled")
     return tool

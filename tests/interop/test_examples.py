@@ -143,7 +143,7 @@ def test_the_doc_shows_each_example_with_its_conversion_report() -> None:
 
 
 @pytest.mark.parametrize("case", list(NSYS))
-def test_the_nsys_repeat_count_is_the_ranges_the_converted_config_opens(case: str) -> None:
+def test_the_nsys_repeat_count_is_the_ranges_the_converted_config_opens(case: str, tmp_path: Path) -> None:
     """capture-range-end=repeat:N in the doc equals the captures the converted config opens over verl 0.9's
     stages (a hybrid actor worker enters actor_compute_log_prob, ref_compute_log_prob, actor_update)."""
     from profctx.testing import capture
@@ -153,7 +153,7 @@ def test_the_nsys_repeat_count_is_the_ranges_the_converted_config_opens(case: st
     repeat = int(re.search(r"capture-range-end=repeat:(\d+)", block).group(1))  # type: ignore[union-attr]
     config = profctx.ProfilerConfig.from_mapping(
         __import__("yaml").safe_load((EXAMPLES / f"profctx-{case}.yaml").read_text(encoding="utf-8")))
-    fields = config.replace(ranks=(0,), rank=0, world_size=1).to_dict()
+    fields = config.replace(ranks=(0,), rank=0, world_size=1, save_path=str(tmp_path)).to_dict()
     with capture(**fields) as captured:
         for step in range(1, 7):
             with profctx.profile_step(step):

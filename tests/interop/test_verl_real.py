@@ -7,6 +7,7 @@ converted config: every difference is carried by a note on the verl field that c
 from __future__ import annotations
 
 import ast
+import copy
 import dataclasses
 import fnmatch
 import json
@@ -197,7 +198,7 @@ def _filtered(config: profctx.ProfilerConfig, stage: str) -> bool:
 def _differences(cfg: Any, config: profctx.ProfilerConfig) -> list[tuple[str, str]]:
     """Return (verl field prefix, what differs) for each behaviour verl has that ``config`` does not."""
     out: list[tuple[str, str]] = []
-    cfg = cfg.copy()
+    cfg = copy.deepcopy(cfg)
     OmegaConf.resolve(cfg)  # verl resolves the whole tree before a worker reads its block
     sft = "profiler" in cfg and "global_profiler" not in cfg
     if sft:
@@ -360,7 +361,8 @@ def test_the_legacy_reward_model_section_is_not_a_profiler_block(flag: str) -> N
 @pytest.mark.parametrize(("actor", "ref"), [(True, True), (True, False), (False, True), (False, False)])
 def test_the_ref_stage_follows_the_actor(actor: bool, ref: bool) -> None:
     conversion = _real("global_profiler.tool=torch", "global_profiler.steps=[1]",
-                       f"actor_rollout_ref.actor.profiler.enable={actor}", f"actor_rollout_ref.ref.profiler.enable={ref}",
+                       f"actor_rollout_ref.actor.profiler.enable={actor}",
+                       f"actor_rollout_ref.ref.profiler.enable={ref}",
                        "actor_rollout_ref.actor.profiler.tool_config.torch.discrete=True", "critic.enable=False")
     config = conversion.config
     assert config.enable is actor
@@ -411,8 +413,8 @@ def test_sft_profile_interval_becomes_one_capture_over_the_steps() -> None:
     conversion = _real("profiler.enable=True", "trainer.profile_interval=[3,5]", config="sft_trainer_engine")
     config = conversion.config
     assert config.enable and list(config.steps or ()) == [3, 4, 5] and config.contiguous and config.mode == "step"
-    discrete = _real("profiler.enable=True", "trainer.profile_interval=[3,5]", "profiler.tool_config.torch.discrete=True",
-                     config="sft_trainer_engine").config
+    discrete = _real("profiler.enable=True", "trainer.profile_interval=[3,5]",
+                     "profiler.tool_config.torch.discrete=True", config="sft_trainer_engine").config
     assert discrete.mode == "role" and discrete.roles == ("train_batch",) and not discrete.contiguous
 
 

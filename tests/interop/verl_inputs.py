@@ -4,6 +4,8 @@ named in their headers). Also verl's effective behaviour, read through verl's ow
 
 from __future__ import annotations
 
+import copy
+import functools
 import re
 import shlex
 import textwrap
@@ -43,19 +45,29 @@ def config_dir() -> Path:
 
 
 def compose(item: Input) -> Any:
-    """Return ``item`` as verl builds it: Hydra composition with overrides, then documented YAML merged."""
+    """Return ``item`` as verl builds it: Hydra composition with overrides, then documented YAML merged.
+
+    Compositions are cached (Hydra takes a good fraction of a second each); each call returns a copy.
+    """
+    import json
+
     from omegaconf import OmegaConf
 
     if item.dump is not None:
         return OmegaConf.load(item.dump)
+    cfg = copy.deepcopy(_composed(item.config, item.overrides))
+    if item.yaml is not None:
+        cfg = OmegaConf.merge(cfg, json.loads(json.dumps(item.yaml)))  # struct mode, as verl's: unknown keys refused
+    return cfg
+
+
+@functools.cache
+def _composed(config: str, overrides: tuple[str, ...]) -> Any:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
     with initialize_config_dir(config_dir=str(config_dir()), version_base=None):
-        cfg = hydra_compose(config_name=item.config, overrides=list(item.overrides))
-    if item.yaml is not None:
-        cfg = OmegaConf.merge(cfg, item.yaml)  # struct mode, as verl's: unknown keys are refused
-    return cfg
+        return hydra_compose(config_name=config, overrides=list(overrides))
 
 
 def shipped_configs() -> list[Input]:
