@@ -469,3 +469,40 @@ def test_verls_profiler_config_dataclass_is_read_as_a_role_block() -> None:
         assert conversion.config.mode == "role" and conversion.config.ranks == (1,)
         assert conversion.config.save_path == "/p" or given is not block
     assert convert({"global_profiler": {"tool": "torch", "steps": [2]}, "actor": block}, "0.9.1").config.enable
+
+
+# -- profctx verl-convert -------------------------------------------------------------------------------
+
+
+def _run_cli(*argv: str) -> tuple[int, str, str]:
+    import contextlib
+    import io
+
+    from profctx.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_verl_convert_reads_a_verl_yaml_file_with_overrides(tmp_path: Path) -> None:
+    """A YAML dump of a composed verl config (what a verl run writes to .hydra/config.yaml)."""
+    require_verl()
+    dump = tmp_path / "config.yaml"
+    OmegaConf.save(compose(Input("x", "ppo_trainer", _ON)), dump)
+    code, out, _ = _run_cli("verl-convert", str(dump), "global_profiler.steps=[4,5]")
+    assert code == 0
+    import yaml
+
+    config = profctx.ProfilerConfig.from_mapping(yaml.safe_load(out))
+    assert list(config.steps or ()) == [4, 5] and "actor_update" in config.roles
+    assert "# - actor_rollout_ref.ref.profiler.enable = False" in out
+
+
+@pytest.mark.parametrize("argv", [("nope",), ("ppo_trainer", "global_profiler.nope=1"), ("ppo_trainer", "@/no/file"),
+                                  ("ppo_trainer", "global_profiler.steps=7", "global_profiler.tool=torch")])
+def test_verl_convert_refuses_what_it_cannot_read_with_status_2(argv: tuple[str, ...]) -> None:
+    require_verl()
+    code, out, err = _run_cli("verl-convert", *argv)
+    assert code == 2 and out == "" and err.startswith("profctx verl-convert: ")
