@@ -99,11 +99,12 @@ def _replicas(report: Report, data: Mapping[str, Any], rollout: Role) -> list[in
         size *= value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
     replicas = sorted({rank // size for rank in rollout.ranks})
     if isinstance(cfg, Mapping) and "tensor_model_parallel_size" in cfg:
-        reason = (f"read as global GPU ranks (verl since August 2026) of replicas of {size} GPUs: replicas "
-                  f"{replicas}; each selected replica is traced on all its GPUs")
+        reason = (f"read as global GPU ranks of replicas of {size} GPUs, as verl 0.9 does: replicas "
+                  f"{replicas}; each selected replica keeps the traces of all its GPUs (verl drops those of "
+                  "GPUs not listed when it relocates them)")
     else:
-        reason = (f"read as replica indices {replicas} (no rollout parallel sizes given; verl since August "
-                  "2026 reads global GPU ranks: pass the whole trainer config to map them)")
+        reason = (f"read as replica indices {replicas} (no rollout parallel sizes given; verl 0.9 reads "
+                  "global GPU ranks: pass the whole trainer config to map them)")
     report.note(rollout.field("ranks"), list(rollout.ranks), reason)
     return replicas
 

@@ -4,8 +4,9 @@ verl keeps its profiler settings in two levels (``global_profiler`` in ``ppo_tra
 ``profiler:`` block per role with ``tool_config.<tool>``); profctx has one config with one rank
 selection, one role filter and one mode. :func:`convert` maps every verl field onto profctx's
 fields or reports it in :attr:`Conversion.notes` with a one-line reason; nothing is dropped
-silently. The verl shapes read are those of January 2026 and August 2026 (see
-``docs/migrating-from-verl.md``).
+silently. The verl shapes read are those of verl 0.8 (January 2026) and 0.9 (0.9.0, 0.9.1 and
+the 0.10 development line; see ``docs/migrating-from-verl.md``), tested against verl 0.9.1's own
+configs.
 
 Role names: verl enables profiling per worker role; profctx filters by the role names given to
 ``profile_step(role=...)`` / ``@profiled(role=...)``. The conversion uses the stage names verl's
