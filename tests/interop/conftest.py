@@ -24,7 +24,7 @@ def shape(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="session")
-def verl_wheel(pytestconfig: pytest.Config) -> None:
+def verl_wheel(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Make the real verl 0.9.1 importable: installed already, else its wheel installed here with --no-deps.
 
     verl's own dependencies are heavy (vLLM, Ray extras, datasets...); its config and profiler
@@ -38,10 +38,14 @@ def verl_wheel(pytestconfig: pytest.Config) -> None:
     from .verl_inputs import VERL_VERSION
 
     if importlib.util.find_spec("verl") is None:
-        target = pytestconfig.cache.mkdir(f"verl-{VERL_VERSION}") if pytestconfig.cache else None
-        assert target is not None
+        name = f"verl-{VERL_VERSION}"
+        target = pytestconfig.cache.mkdir(name) if pytestconfig.cache else tmp_path_factory.mktemp(name)
         if not (target / "verl").is_dir():
             subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
                             f"verl=={VERL_VERSION}"], check=True)
         sys.path.insert(0, str(target))
+        importlib.invalidate_caches()
+        from profctx.interop._verl_stages import installed_version
+
+        installed_version.cache_clear()  # it may have been read before the wheel was on the path
     pytest.importorskip("verl.utils.profiler", reason="verl's config modules need profctx's 'verl' extra")
