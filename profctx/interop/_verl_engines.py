@@ -99,7 +99,7 @@ def _replicas(report: Report, data: Mapping[str, Any], rollout: Role) -> list[in
         size *= value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
     replicas = sorted({rank // size for rank in rollout.ranks})
     if isinstance(cfg, Mapping) and "tensor_model_parallel_size" in cfg:
-        reason = (f"read as global GPU ranks of replicas of {size} GPUs, as verl 0.9 does: replicas "
+        reason = (f"read as global GPU ranks of replicas of {size} GPUs, as verl 0.9 does (0.9.0 on): replicas "
                   f"{replicas}; each selected replica keeps the traces of all its GPUs (verl drops those of "
                   "GPUs not listed when it relocates them)")
     else:

@@ -96,7 +96,7 @@ class Report:
         for path, block in self.blocks.items():
             for leaf, value in leaves(path, block):
                 if not self.known(leaf):
-                    self.note(leaf, value, "not a verl profiler field profctx knows (verl 0.8 or 0.9); "
+                    self.note(leaf, value, "not a verl profiler field profctx knows (verl 0.5 to 0.10); "
                               "not carried over")
 
     def conversion(self, config: ProfilerConfig) -> Conversion:

@@ -13,7 +13,7 @@ from typing import Any, Final, Literal
 from .._errors import ConfigError
 from ._verl_input import as_flag, as_mapping
 from ._verl_report import Report, instead, leaves
-from ._verl_stages import ROLLOUT_ROLE, STAGES
+from ._verl_stages import LATEST, ROLLOUT_ROLE, STAGES
 
 #: verl role -> where its ``profiler`` block sits in the trainer config.
 ROLE_PATHS: Final[Mapping[str, tuple[str, ...]]] = {
@@ -25,7 +25,7 @@ ROLE_PATHS: Final[Mapping[str, tuple[str, ...]]] = {
 }
 _ORDER: Final = ("actor", "critic", "ref", "reward_model", "rollout", "sft")
 #: Trainer-config sections that are role blocks only when they hold a ``profiler`` mapping
-#: (0.9's top-level ``reward_model:`` is a legacy reward section with ``enable: null``).
+#: (0.8 and later: a top-level ``reward_model:`` is a legacy reward section with ``enable: null``).
 _SECTIONS: Final = ("actor", "critic", "ref", "reward_model", "rollout")
 
 
@@ -201,14 +201,15 @@ def _is_default(leaf: str, value: object) -> bool:
 def drop_unknown(report: Report, roles: list[Role], version: str) -> list[Role]:
     """Return ``roles`` without the blocks verl ``version`` never reads, each accounted for.
 
-    verl 0.9 has no reward-model profiler: its reward loop is not a profiled worker.
+    verl 0.8 and later have no reward-model profiler: the reward loop is not a profiled worker.
     """
     kept: list[Role] = []
     for role in roles:
         if not role.name or role.name == "rollout" or role.name in STAGES[version]:
             kept.append(role)
             continue
-        reason = f"verl {version} has no {role.name} profiler (no worker reads this block); nothing to carry"
+        reason = (f"verl {version}{' and later' if version == LATEST else ''} has no {role.name} profiler (no "
+                  "worker reads this block); nothing to carry")
         if role.enable:
             report.note(role.field("enable"), True, reason)
         report.unused(role.path, role.block, reason)
@@ -252,7 +253,7 @@ def _short_role(role: str, node: object) -> Role:
 
 
 def _short_block(role: str, block: Mapping[str, Any]) -> bool:
-    # A trainer's top-level reward_model section (verl 0.9: enable, model, reward_manager...) is
+    # A trainer's top-level reward_model section (verl 0.8+: enable, model, reward_manager...) is
     # not a profiler block; only a profiler mapping or tool_config makes it one.
     if role == "reward_model":
         return isinstance(block.get("profiler"), Mapping) or "tool_config" in block

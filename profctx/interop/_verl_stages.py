@@ -15,25 +15,38 @@ from typing import Final
 
 from .._errors import ConfigError, one_of
 
-#: The verl versions whose stage names are known: 0.8 (legacy workers, January 2026) and 0.9
-#: (engine workers; 0.9.0, 0.9.1 and the 0.10 development line).
-VERSIONS: Final = ("0.8", "0.9")
+#: The verl release lines whose stage names are known, by the first release of each: 0.6 (0.5 and
+#: 0.6: ``fsdp_workers.py``, the critic's stages unnamed), 0.7 (the same workers, every stage named)
+#: and 0.8 (0.8.0, 0.9.x and the 0.10 development line: ``engine_workers.py``).
+VERSIONS: Final = ("0.6", "0.7", "0.8")
 #: The version a conversion follows when none is given and no verl is installed.
-LATEST: Final = "0.9"
+LATEST: Final = "0.8"
 
-#: version -> verl role -> the stages annotated in that role's worker. ``ref`` is the reference
-#: model's stage, which in verl's default (hybrid) setup runs inside the actor's worker.
+#: version -> verl role -> the stages annotated in that role's worker (a test reads them back from
+#: each release's wheel). ``ref`` is the reference model's stage, which in verl's default (hybrid)
+#: setup runs inside the actor's worker.
 STAGES: Final[Mapping[str, Mapping[str, tuple[str, ...]]]] = {
-    "0.8": {
-        # fsdp_workers.py / megatron_workers.py: the hybrid worker annotates rollout_generate too.
+    "0.6": {
+        # The hybrid worker annotates rollout_generate too. Annotations that give no role are named
+        # after the method by verl's backends: the critic's and reward model's, and every Megatron
+        # worker stage (update_actor, compute_log_prob, ...), listed with the FSDP names.
+        "actor": ("actor_update", "actor_compute_log_prob", "rollout_generate", "update_actor", "compute_log_prob",
+                  "generate_sequences"),
+        "ref": ("ref_compute_log_prob", "compute_ref_log_prob"),
+        "critic": ("compute_values", "update_critic"),
+        "reward_model": ("compute_rm_score",),
+        "sft": ("train_batch",),
+    },
+    "0.7": {
         "actor": ("actor_update", "actor_compute_log_prob", "rollout_generate"),
         "ref": ("ref_compute_log_prob",),
         "critic": ("compute_values", "critic_update"),
         "reward_model": ("compute_rm_score",),
         "sft": ("train_batch",),
     },
-    "0.9": {
-        # engine_workers.py: the critic is a TrainingWorker, whose only annotated method is train_batch.
+    "0.8": {
+        # The critic is a TrainingWorker, whose only annotated method is train_batch; there is no
+        # reward-model worker to profile.
         "actor": ("actor_compute_log_prob", "actor_update"),
         "ref": ("ref_compute_log_prob",),
         "critic": ("train_batch",),
@@ -47,25 +60,27 @@ ROLLOUT_ROLE: Final = "rollout"
 def resolve_version(requested: object) -> str:
     """Return the stage table key for ``requested`` (a version string, or ``None``: the installed verl's).
 
-    An installed verl older than 0.9 follows 0.8's names and a newer one 0.9's. Raise
-    :class:`ConfigError` (field ``verl_version``) for a requested version that is not a version
-    string, or not one of :data:`VERSIONS`.
+    0.5 and 0.6 follow 0.6's names, 0.7 its own, 0.8 and later 0.8's. Raise :class:`ConfigError`
+    (field ``verl_version``) for a requested value that is not such a version.
     """
     if requested is None:
         installed = installed_version()
-        if installed is None:
-            return LATEST
-        number = _major_minor(installed)
-        return "0.8" if number is not None and number < (0, 9) else "0.9"
-    allowed = f"a verl version whose stage names profctx knows: {one_of(VERSIONS)} (or 0.10)"
-    if not isinstance(requested, str):
+        number = _major_minor(installed) if installed is not None else None
+        return _key(number) if number is not None and _key(number) else LATEST
+    allowed = f"a verl version, 0.5 or newer (stage names known for {', '.join(VERSIONS)} and later)"
+    number = _major_minor(requested) if isinstance(requested, str) else None
+    key = _key(number) if number is not None else None
+    if key is None:
         raise ConfigError("verl_version", requested, allowed)
-    number = _major_minor(requested)
-    if number == (0, 8):
-        return "0.8"
-    if number in ((0, 9), (0, 10)):  # the development line after 0.9 keeps 0.9's workers
-        return "0.9"
-    raise ConfigError("verl_version", requested, allowed)
+    return key
+
+
+def _key(number: tuple[int, int]) -> str | None:
+    if number < (0, 5):
+        return None
+    if number < (0, 7):
+        return "0.6"
+    return "0.7" if number < (0, 8) else "0.8"
 
 
 def _major_minor(version: str) -> tuple[int, int] | None:

@@ -10,7 +10,7 @@ configs.
 
 Role names: verl enables profiling per worker role; profctx filters by the role names given to
 ``profile_step(role=...)`` / ``@profiled(role=...)``. The conversion uses the stage names verl's
-workers annotate, per verl version (``STAGES``; in 0.9: actor -> ``actor_compute_log_prob``,
+workers annotate, per verl version (``STAGES``; from 0.8: actor -> ``actor_compute_log_prob``,
 ``actor_update`` and the reference model's ``ref_compute_log_prob``, which runs in the actor's
 worker; critic -> ``train_batch``), and ``rollout`` for the attached engines (vLLM, SGLang).
 verl's SFT trainer config (a top-level ``profiler`` block and ``trainer.profile_interval``) is

@@ -42,14 +42,14 @@ def _profiling(shape: str, tool: str = "torch", discrete: bool = False, **more: 
 
 
 #: The verl version each fixture shape follows (stage names differ).
-VERSION = {"jan2026": "0.8", "aug2026": "0.9"}
+VERSION = {"jan2026": "0.7", "aug2026": "0.8"}
 #: verl's stages per version and role, as its workers annotate them (checked against the wheel in
 #: test_verl_real.py): the actor's include the reference model's, which runs in the actor's worker.
 ACTOR_STAGES = {
-    "0.8": ("actor_update", "actor_compute_log_prob", "rollout_generate", "ref_compute_log_prob"),
-    "0.9": ("actor_compute_log_prob", "actor_update", "ref_compute_log_prob"),
+    "0.7": ("actor_update", "actor_compute_log_prob", "rollout_generate", "ref_compute_log_prob"),
+    "0.8": ("actor_compute_log_prob", "actor_update", "ref_compute_log_prob"),
 }
-CRITIC_STAGES = {"0.8": ("compute_values", "critic_update"), "0.9": ("train_batch",)}
+CRITIC_STAGES = {"0.7": ("compute_values", "critic_update"), "0.8": ("train_batch",)}
 
 
 def _fields_of(conversion: Conversion) -> set[str]:
@@ -279,7 +279,7 @@ def test_january_sglang_window_and_switches() -> None:
         f"{ROLLOUT}.tool_config.torch.step_end": 13,
         f"{ROLLOUT}.tool_config.torch.contents": ["cuda", "profile-by-stage", "merge-profiles"],
     })
-    config = convert(cfg, "0.8").config
+    config = convert(cfg, "0.7").config
     assert (config.engines.absolute_start_step, config.engines.count) == (3, 10)
     assert config.engines.by_stage and config.engines.merge_profiles
     assert config.engines.contents == ()  # cuda: verl leaves the engine's activities alone
@@ -337,7 +337,7 @@ def test_profiler_parts_alone() -> None:
         "actor": {"enable": True, "ranks": [1], "tool_config": {"torch": {"discrete": True}}},
         "ref": {"profiler": {"enable": False}},
     }
-    config = convert(parts, "0.9").config
+    config = convert(parts, "0.9.1").config
     assert (config.mode, config.ranks, config.roles, config.save_path) == ("role", (1,), (), "/p")  # ref fused
 
 

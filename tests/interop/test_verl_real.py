@@ -89,7 +89,7 @@ def test_the_real_verl_is_installed() -> None:
     from profctx.interop._verl_stages import installed_version, resolve_version
 
     assert installed_version() == VERL_VERSION
-    assert resolve_version(None) == "0.9"
+    assert resolve_version(None) == "0.8"
 
 
 def test_stage_names_are_the_ones_verl_annotates() -> None:
@@ -97,12 +97,64 @@ def test_stage_names_are_the_ones_verl_annotates() -> None:
     import verl
 
     stages = _annotated_stages(Path(verl.__file__).parent / "workers" / "engine_workers.py")
-    table = interop.STAGES["0.9"]
+    table = interop.STAGES["0.8"]
     assert stages["ActorRolloutRefWorker"] == {*table["actor"], *table["ref"]}
     assert stages["TrainingWorker"] == set(table["critic"]) == set(table["sft"])
-    # names from before 0.9 that the 0.9 table must not use
+    # names of the legacy workers, which 0.8 and later do not have
     assert not {"compute_values", "critic_update", "compute_rm_score", "rollout_generate"} & {
         s for names in table.values() for s in names}
+
+
+_WORKERS = {"ActorRolloutRefWorker": ("actor", "ref"), "CriticWorker": ("critic",), "TrainingWorker": ("critic",),
+            "RewardModelWorker": ("reward_model",)}
+
+
+def _release_stages(wheel: Path) -> dict[str, set[str]]:
+    """Return verl role -> stages annotated in the default workers of a verl wheel (role=, else the method name)."""
+    import zipfile
+
+    out: dict[str, set[str]] = {}
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        legacy = "verl/workers/fsdp_workers.py" in names
+        modules = ("fsdp_workers.py", "megatron_workers.py") if legacy else ("engine_workers.py",)
+        for module in modules:
+            path = f"verl/workers/{module}"
+            if path not in names:
+                continue
+            tree = ast.parse(archive.read(path).decode("utf-8"))
+            for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name in _WORKERS):
+                for fn in (n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+                    for deco in fn.decorator_list:
+                        if isinstance(deco, ast.Call) and ast.unparse(deco.func).endswith("DistProfiler.annotate"):
+                            role = next((k.value for k in deco.keywords if k.arg == "role"), None)
+                            name = str(role.value) if isinstance(role, ast.Constant) else fn.name
+                            out.setdefault(_WORKERS[cls.name][0], set()).add(name)
+    return out
+
+
+@pytest.mark.parametrize(("release", "key"), [("0.6.0", "0.6"), ("0.7.0", "0.7"), ("0.8.0", "0.8"), ("0.9.1", "0.8")])
+def test_each_stage_table_is_what_that_verl_release_annotates(
+    release: str, key: str, pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Download each verl release's wheel (no install) and read its workers' annotations."""
+    import subprocess
+    import sys
+
+    from profctx.interop._verl_stages import resolve_version
+
+    folder = pytestconfig.cache.mkdir("verl-wheels") if pytestconfig.cache else tmp_path_factory.mktemp("wheels")
+    wheels = list(folder.glob(f"verl-{release}-*.whl"))
+    if not wheels:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--dest", str(folder),
+                        f"verl=={release}"], check=True)
+        wheels = list(folder.glob(f"verl-{release}-*.whl"))
+    stages = _release_stages(wheels[0])
+    table = interop.STAGES[key]
+    assert resolve_version(release) == key
+    assert stages["actor"] == {*table["actor"], *table["ref"]}
+    assert stages.get("critic", set()) == set(table["critic"])
+    assert stages.get("reward_model", set()) == set(table.get("reward_model", ()))
 
 
 def test_every_shipped_profiler_config_is_an_input() -> None:
@@ -204,13 +256,13 @@ def _differences(cfg: Any, config: profctx.ProfilerConfig) -> list[tuple[str, st
     if sft:
         start, end = cfg.trainer.profile_interval
         steps = list(range(start, end + 1)) if start > 0 else []
-        workers = {"profiler": (cfg.profiler, interop.STAGES["0.9"]["sft"], ["trainer.profile_interval"])}
+        workers = {"profiler": (cfg.profiler, interop.STAGES["0.8"]["sft"], ["trainer.profile_interval"])}
         tool = cfg.profiler.tool
     else:
         steps = list(cfg.global_profiler.steps or [])
         tool = cfg.global_profiler.tool
         arr = cfg.actor_rollout_ref
-        table = interop.STAGES["0.9"]
+        table = interop.STAGES["0.8"]
         workers = {"actor_rollout_ref.actor.profiler": (arr.actor.profiler, (*table["actor"], *table["ref"]),
                                                          ["actor_rollout_ref.ref.profiler"])}
         if cfg.critic.get("enable") or (cfg.critic.get("enable") is None and cfg.algorithm.adv_estimator == "gae"):
