@@ -13,7 +13,7 @@ import functools
 from collections.abc import Mapping
 from typing import Final
 
-from .._errors import ConfigError, one_of
+from .._errors import ConfigError
 
 #: The verl release lines whose stage names are known, by the first release of each: 0.6 (0.5 and
 #: 0.6: ``fsdp_workers.py``, the critic's stages unnamed), 0.7 (the same workers, every stage named)
@@ -66,7 +66,8 @@ def resolve_version(requested: object) -> str:
     if requested is None:
         installed = installed_version()
         number = _major_minor(installed) if installed is not None else None
-        return _key(number) if number is not None and _key(number) else LATEST
+        found = _key(number) if number is not None else None
+        return found or LATEST
     allowed = f"a verl version, 0.5 or newer (stage names known for {', '.join(VERSIONS)} and later)"
     number = _major_minor(requested) if isinstance(requested, str) else None
     key = _key(number) if number is not None else None
