@@ -140,7 +140,7 @@ def test_the_profctx_example_is_the_converted_verl_example(case: str) -> None:
 def test_the_doc_shows_each_example_with_its_conversion_report() -> None:
     text = DOC.read_text(encoding="utf-8")
     shown = text[text.index(START):text.index(END) + len(END)]
-    assert shown == render_section(), "regenerate the section: python -m tests.interop.test_examples"
+    assert shown == render_section(), "regenerate it: PYTHONPATH=.:tests python -m interop.test_examples"
 
 
 @pytest.mark.parametrize("case", list(NSYS))
@@ -163,6 +163,14 @@ def test_the_nsys_repeat_count_is_the_ranges_the_converted_config_opens(case: st
                         pass
         profctx.flush(30)
     assert len([c for c in captured if c.status == "ok"]) == repeat
+
+
+def test_hydra_example_loads_through_configure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = profctx.configure(EXAMPLES / "profctx-hydra.yaml", warmup=False)
+    assert config is not None
+    assert list(config.steps or ()) == [10, 20, 30]
+    assert config.mode == "role" and config.roles == ("actor_*", "rollout") and config.engines.count == 20
 
 
 if __name__ == "__main__":  # regenerate the doc section
