@@ -145,7 +145,8 @@ def _convert(data: Mapping[str, Any], version: str) -> Conversion:
                     "nothing, so the profctx config is disabled (enable=False)")
 
     mode = capture_mode(report, gpath, g, tool, training or ([rollout] if rollout else []))
-    contiguous = sft and mode == "step" if sft else contiguous_steps(report, gpath, g, mode)
+    # verl's SFT trainer starts once and stops once over its interval: one capture over the run.
+    contiguous = (mode == "step") if sft else contiguous_steps(report, gpath, g, mode)
     if enable and mode == "step":
         for role in roles:
             if role.name in ("actor", "critic") and not role.enable and _has_worker(role.name, data):

@@ -41,7 +41,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if importlib.util.find_spec("verl") is not None:
         return
     name = f"verl-{VERL_VERSION}"
-    target = config.cache.mkdir(name) if config.cache is not None else Path(tempfile.mkdtemp(prefix=name))
+    cache = getattr(config, "cache", None)  # absent with -p no:cacheprovider
+    target = cache.mkdir(name) if cache is not None else Path(tempfile.mkdtemp(prefix=name))
     if not (target / "verl").is_dir():
         subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
                         f"verl=={VERL_VERSION}"], check=True)

@@ -143,7 +143,8 @@ def test_each_stage_table_is_what_that_verl_release_annotates(
 
     from profctx.interop._verl_stages import resolve_version
 
-    folder = pytestconfig.cache.mkdir("verl-wheels") if pytestconfig.cache else tmp_path_factory.mktemp("wheels")
+    cache = getattr(pytestconfig, "cache", None)  # absent with -p no:cacheprovider
+    folder = cache.mkdir("verl-wheels") if cache is not None else tmp_path_factory.mktemp("wheels")
     wheels = list(folder.glob(f"verl-{release}-*.whl"))
     if not wheels:
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--dest", str(folder),
