@@ -198,6 +198,31 @@ def _is_default(leaf: str, value: object) -> bool:
     return key in _DEFAULTS and _DEFAULTS[key] == value
 
 
+def note_whole_step_workers(report: Report, roles: list[Role], data: Mapping[str, Any]) -> None:
+    """Note each disabled actor or critic whose worker verl starts: profctx's step mode captures it too.
+
+    ``data`` is the whole verl config, read for whether the critic runs (``critic.enable``, else
+    the GAE estimator, as verl decides).
+    """
+    for role in roles:
+        if role.name in ("actor", "critic") and not role.enable and _has_worker(role.name, data):
+            report.note(role.field("enable"), False, f"profctx's step mode captures whole steps in every process "
+                        f"on the selected ranks, the {role.name}'s worker processes too, where verl profiles none "
+                        f"of them; call profctx.configure(enable=False) in the {role.name}'s worker processes to "
+                        "match")
+
+
+def _has_worker(role: str, data: Mapping[str, Any]) -> bool:
+    if role != "critic" or "algorithm" not in data:
+        return True
+    critic = data.get("critic")
+    flag = critic.get("enable") if isinstance(critic, Mapping) else None
+    if flag is not None:
+        return bool(flag)
+    algorithm = data.get("algorithm")
+    return isinstance(algorithm, Mapping) and algorithm.get("adv_estimator") == "gae"
+
+
 def drop_unknown(report: Report, roles: list[Role], version: str) -> list[Role]:
     """Return ``roles`` without the blocks verl ``version`` never reads, each accounted for.
 

@@ -69,6 +69,17 @@ def resolve_tool(
     return tool
 
 
+def note_memory_history(report: Report, gpath: str, g: Mapping[str, Any], roles: list[Role]) -> None:
+    """Note what verl's torch_memory tool does beyond captures, and the profctx call that does the same."""
+    path = f"{gpath}.tool" if g.get("tool") == "torch_memory" else next(
+        (r.field("tool") for r in roles if r.tool == "torch_memory"), f"{gpath}.tool")
+    report.note(path, "torch_memory", "verl turns on CUDA memory history in every worker process built with this "
+                "tool, whatever steps and enable say, and writes an allocator snapshot on out-of-memory on the "
+                "ranks its blocks select (all_ranks, ranks, else rank 0); profctx records memory only inside "
+                "captures: call profctx.backends.torch_memory.watch_oom(save_path) once in each worker for "
+                "verl's always-on history and OOM snapshots")
+
+
 def tool_config(role: Role, tool: str | None) -> Mapping[str, Any]:
     """Return ``role``'s ``tool_config.<tool>`` block (empty when absent or ``tool`` is ``None``)."""
     tc = role.block.get("tool_config") or {}

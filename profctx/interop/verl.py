@@ -34,6 +34,7 @@ from ._verl_roles import (
     drop_unknown,
     fuse_ref,
     locate,
+    note_whole_step_workers,
     rank_selection,
     read_role,
     role_filter,
@@ -42,7 +43,15 @@ from ._verl_roles import (
 )
 from ._verl_settings import DEFAULT_SAVE_PATH, account_hooks, capture_mode, contiguous_steps, resolve_save_path
 from ._verl_stages import STAGES, VERSIONS, resolve_version
-from ._verl_tool import KNOWN_TOOL_FIELDS, TOOLS, UNSUPPORTED_TOOLS, global_leftovers, resolve_tool, tool_config
+from ._verl_tool import (
+    KNOWN_TOOL_FIELDS,
+    TOOLS,
+    UNSUPPORTED_TOOLS,
+    global_leftovers,
+    note_memory_history,
+    resolve_tool,
+    tool_config,
+)
 from ._verl_types import check_block
 
 __all__ = [
@@ -120,13 +129,7 @@ def _convert(data: Mapping[str, Any], version: str) -> Conversion:
 
     tool = resolve_tool(report, gpath, g, roles, enabled)
     if tool == "torch_memory":
-        tool_path = f"{gpath}.tool" if g.get("tool") == tool else next(
-            (r.field("tool") for r in roles if r.tool == tool), f"{gpath}.tool")
-        report.note(tool_path, tool, "verl turns on CUDA memory history in every worker process built with this "
-                    "tool, whatever steps and enable say, and writes an allocator snapshot on out-of-memory on "
-                    "the ranks its blocks select (all_ranks, ranks, else rank 0); profctx records memory only "
-                    "inside captures: call profctx.backends.torch_memory.watch_oom(save_path) once in each "
-                    "worker for verl's always-on history and OOM snapshots")
+        note_memory_history(report, gpath, g, roles)
     primary = training[0] if training else rollout
     primary_config = tool_config(primary, tool) if primary is not None else {}
 
@@ -148,12 +151,7 @@ def _convert(data: Mapping[str, Any], version: str) -> Conversion:
     # verl's SFT trainer starts once and stops once over its interval: one capture over the run.
     contiguous = (mode == "step") if sft else contiguous_steps(report, gpath, g, mode)
     if enable and mode == "step":
-        for role in roles:
-            if role.name in ("actor", "critic") and not role.enable and _has_worker(role.name, data):
-                report.note(role.field("enable"), False, f"profctx's step mode captures whole steps in every "
-                            f"process on the selected ranks, the {role.name}'s worker processes too, where verl "
-                            f"profiles none of them; call profctx.configure(enable=False) in the {role.name}'s "
-                            "worker processes to match")
+        note_whole_step_workers(report, roles, data)
     ranks = rank_selection(report, training)
     patterns = role_filter(roles, enabled, version)
     if sft and mode == "role":
@@ -185,14 +183,3 @@ def _convert(data: Mapping[str, Any], version: str) -> Conversion:
     )
     return report.conversion(config)
 
-
-def _has_worker(role: str, data: Mapping[str, Any]) -> bool:
-    """Return whether verl starts a worker for ``role`` (the critic: critic.enable, else the GAE estimator)."""
-    if role != "critic" or "algorithm" not in data:
-        return True
-    critic = data.get("critic")
-    flag = critic.get("enable") if isinstance(critic, Mapping) else None
-    if flag is not None:
-        return bool(flag)
-    algorithm = data.get("algorithm")
-    return isinstance(algorithm, Mapping) and algorithm.get("adv_estimator") == "gae"
