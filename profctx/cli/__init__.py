@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "report": "profctx.cli.report",
     "doctor": "profctx.cli.doctor",
     "nsys-command": "profctx.cli.nsys",
+    "verl-convert": "profctx.cli.verl_convert",
 }
 
 
