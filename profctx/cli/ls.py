@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from ..manifest import CaptureRecord
 from ._common import (
     FINDINGS,
     OK,
@@ -15,7 +16,6 @@ from ._common import (
     guarded,
     open_run,
     seconds,
-    select,
     size,
     source_text,
     steps_text,
@@ -41,20 +41,20 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """List the captures of ``args.dir``; return 1 when any listed capture failed."""
-    profiled = open_run(args.dir)
-    records = select(profiled.records, args)
+    profiled = open_run(args.dir, args)
+    records = profiled.records
     for where in profiled.damaged:
         print(f"profctx ls: skipped an unreadable manifest line ({where}), likely cut by a crash", file=sys.stderr)
-    failed = any(r.get("status") == "failed" for r in records)
+    failed = any(r.status == "failed" for r in records)
     if args.json:
-        json.dump(records, sys.stdout, indent=1, default=str)
+        json.dump([r.as_dict() for r in records], sys.stdout, indent=1, default=str)
         sys.stdout.write("\n")
         return FINDINGS if failed else OK
     if not records:
-        print("no captures" + (" match the filters" if profiled.records else " recorded"))
+        print("no captures match the filters" if _filtered(args) else "no captures recorded")
         return OK
     style = Style(sys.stdout)
-    runs = sorted({str(r.get("run")) for r in records})
+    runs = profiled.runs
     headers = ["STEP", "ROLE", "RANK", "SOURCE", "STATUS", "FILES", "SIZE", "DURATION", "NOTE"]
     if len(runs) > 1:
         headers.insert(0, "RUN")
@@ -62,17 +62,17 @@ def run(args: argparse.Namespace) -> int:
     for record in records:
         row = [
             steps_text(record),
-            str(record.get("role") or "step"),
+            record.role or "step",
             who_text(record),
             source_text(record),
-            str(record.get("status")),
-            str(len(record.get("files") or [])),
-            size(record.get("bytes")) if record.get("files") else "-",
-            seconds(record.get("duration_s")),
+            record.status,
+            str(len(record.files)),
+            size(record.bytes) if record.files else "-",
+            seconds(record.duration_s),
             note(record),
         ]
         if len(runs) > 1:
-            row.insert(0, str(record.get("run")))
+            row.insert(0, str(record.run))
         rows.append(row)
     status_col = headers.index("STATUS")
     right = {headers.index(h) for h in ("STEP", "RANK", "FILES", "SIZE", "DURATION")}
@@ -83,22 +83,27 @@ def run(args: argparse.Namespace) -> int:
     print(table(headers, rows, right=right, paint=paint))
     counts: dict[str, int] = {}
     for record in records:
-        counts[str(record.get("status"))] = counts.get(str(record.get("status")), 0) + 1
-    files = sum(len(r.get("files") or []) for r in records)
-    total = sum(int(r.get("bytes") or 0) for r in records)
+        counts[record.status] = counts.get(record.status, 0) + 1
+    files = sum(len(r.files) for r in records)
+    total = sum(r.bytes or 0 for r in records)
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     print(style(f"{len(records)} captures ({summary}), {files} files, {size(total)}", "dim"))
     return FINDINGS if failed else OK
 
 
-def note(record: dict[str, Any]) -> str:
+def _filtered(args: argparse.Namespace) -> bool:
+    return any(getattr(args, name, None) for name in ("run", "step", "role", "rank", "group", "status"))
+
+
+def note(record: CaptureRecord) -> str:
     """Return why a capture is not plainly ok: its reason, error, or notes."""
-    status = record.get("status")
+    status = record.status
     if status == "skipped":
-        return str(record.get("reason") or "skipped")
+        return record.reason or "skipped"
     if status == "failed":
-        return str(record.get("error") or "failed")
+        return record.error or "failed"
     if status == "open":
         return "started, never finished (still running, or the process died)"
-    notes = record.get("notes") or []
-    return "; ".join(str(n) for n in notes)
+    if status == "interrupted":
+        return record.error or record.reason or "interrupted (the process was stopped during the capture)"
+    return "; ".join(record.notes)

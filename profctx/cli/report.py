@@ -9,7 +9,7 @@ from typing import Any
 
 from .._layout import temporary
 from .._report import render
-from ._common import FINDINGS, OK, UsageError, add_filters, guarded, open_run, select, size
+from ._common import FINDINGS, OK, UsageError, add_filters, guarded, open_run, size
 
 
 def register(subparsers: Any) -> None:
@@ -35,8 +35,8 @@ def run(args: argparse.Namespace) -> int:
     """Write the report of ``args.dir``; return 1 when a reported capture failed."""
     if args.ops < 0:
         raise UsageError(f"--ops {args.ops}: must be 0 or more")
-    profiled = open_run(args.dir)
-    records = select(profiled.records, args)
+    profiled = open_run(args.dir, args)
+    records = [r.as_dict() for r in profiled.records]
     page = render(profiled.path, records, damaged=profiled.damaged, ops=args.ops,
                   max_trace_bytes=int(args.max_trace_mb * 1e6))
     output = Path(args.output) if args.output else profiled.path / "report.html"

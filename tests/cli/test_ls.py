@@ -72,10 +72,19 @@ def test_ls_reads_an_open_capture_from_a_crashed_process(run_dir: Path, tmp_path
 
 
 def test_command_line_entry_and_help() -> None:
-    for command in ("ls", "merge", "report", "doctor"):
+    for command in ("ls", "merge", "report", "doctor", "diff", "check"):
         done = subprocess.run([sys.executable, "-m", "profctx", command, "--help"], capture_output=True, text=True,
                               check=False)
         assert done.returncode == 0 and "usage: profctx " + command in done.stdout
     done = subprocess.run([sys.executable, "-m", "profctx", "merge", "somewhere"], capture_output=True, text=True,
                           check=False)
-    assert done.returncode == 2 and "--step" in done.stderr
+    assert done.returncode == 2 and "somewhere: no such folder" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("window", ["abc", "1,x", ","])
+def test_demo_refuses_a_bad_window_with_a_usage_error(window: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "profctx", "demo", "--window", window], capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and f"--window {window!r} is not valid" in done.stderr
