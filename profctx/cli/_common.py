@@ -164,7 +164,7 @@ class Style:
 
         with self.console.capture() as captured:
             self.console.print(Text(text, style=colour), end="", soft_wrap=True)
-        return captured.get()
+        return str(captured.get())
 
     def status(self, status: str) -> str:
         """Return a capture status coloured by its meaning."""
