@@ -121,10 +121,10 @@ class CaptureRecord:
 
     @property
     def process(self) -> tuple[str, ...]:
-        """The key of the process the capture ran in: engine replica, or host and pid."""
+        """The key of the process the capture ran in: engine replica, or host, pid, group and rank; run last."""
         if self.is_engine:
             return ("engine", self.engine or "engine", str(self.replica), self.run or "")
-        return ("process", self.host or "?", str(self.pid), self.run or "")
+        return ("process", self.host or "?", str(self.pid), self.group or "", str(self.rank), self.run or "")
 
     @property
     def who(self) -> str:

@@ -17,6 +17,7 @@ from ._summary import (
     Summary,
     process_label,
     summarize,
+    summarize_records,
 )
 from ._trace import TraceFigures, read_figures
 
@@ -40,4 +41,5 @@ __all__ = [
     "process_label",
     "read_figures",
     "summarize",
+    "summarize_records",
 ]

@@ -195,7 +195,28 @@ def summarize(
     wanted = None if steps is None else set(steps)
     records = [r for r in ManifestReader(root, chosen)
                if wanted is None or wanted.intersection(r.steps)]
-    records.sort(key=lambda r: r.begin)
+    return summarize_records(root, records, run=chosen, steps=wanted, top=top, straggler_ratio=straggler_ratio,
+                             progress=progress)
+
+
+def summarize_records(
+    save_path: str | os.PathLike[str],
+    records: Iterable[CaptureRecord],
+    *,
+    run: str | None = None,
+    steps: Iterable[int] | None = None,
+    top: int = 15,
+    straggler_ratio: float = STRAGGLER_RATIO,
+    progress: Callable[[int, int], None] | None = None,
+) -> Summary:
+    """Return the summary of the captures ``records`` of ``save_path`` (already chosen by the caller).
+
+    As :func:`summarize`, which reads the records from the manifest.
+    """
+    root = Path(save_path)
+    chosen = run
+    wanted = None if steps is None else set(steps)
+    records = sorted(records, key=lambda r: r.begin)
     listed = {f.path for r in records for f in r.files}
     total = sum(1 for r in records if r.status == "ok")
     captures: list[CaptureSummary] = []

@@ -75,7 +75,7 @@ def read_figures(path: str | Path) -> TraceFigures:
                         continue
                     raw_ts = event.get("ts")
                     raw_dur = event.get("dur")
-                    if type(raw_ts) not in (int, float) or type(raw_dur) not in (int, float):
+                    if not isinstance(raw_ts, (int, float)) or not isinstance(raw_dur, (int, float)):
                         continue
                     ts = float(raw_ts)
                     dur = float(raw_dur)
