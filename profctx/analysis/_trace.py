@@ -144,7 +144,8 @@ def _nest(thread: _Thread, names: list[str], figures: TraceFigures) -> None:
 
     for i in order:
         start = ts[i]
-        while stack and stack[-1][0] <= start:
+        # 1 ns of slack: torch rounds times to ns, so a sibling may seem to start inside the previous one.
+        while stack and stack[-1][0] <= start + 1e-3:
             close(stack.pop())
         outer = stack[0][3] if stack else None
         if stack:
