@@ -110,8 +110,11 @@ def plan(save_path: Path, records: Iterable[CaptureRecord],
     """
     records = list(records)
     listed = {f.path for r in records for f in r.files}
-    run_order = {run: i for i, run in enumerate(sorted({r.run or "" for r in records},
-                                                       key=lambda x: min(r.begin for r in records if r.run == x)))}
+    first: dict[str, float] = {}
+    for r in records:
+        key = r.run or ""
+        first[key] = min(first.get(key, r.begin), r.begin)
+    run_order = {run: i for i, run in enumerate(sorted(first, key=lambda x: (first[x], x)))}
     inputs: list[MergeInput] = []
     notes: list[str] = []
     wanted = None if steps is None else set(steps)

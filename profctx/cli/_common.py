@@ -6,7 +6,7 @@ import argparse
 import fnmatch
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TextIO
@@ -74,6 +74,27 @@ def check_folder(folder: str) -> Path:
     return path
 
 
+def stream_run(folder: str, args: argparse.Namespace | None = None, *,
+               run: str | None = None) -> tuple[Path, ManifestReader, Iterator[CaptureRecord]]:
+    """Return the folder, its manifest reader and an iterator over the captures that pass the filters.
+
+    Records stream shard by shard, unsorted; ``reader.damaged`` is complete once the iterator is done.
+    Raise :class:`UsageError` as :func:`open_run` does.
+    """
+    path = check_folder(folder)
+    wanted = run if run is not None else getattr(args, "run", None)
+    if wanted == "latest":
+        wanted = latest_run(path)
+    if wanted is not None and not any(True for _ in ManifestReader(path, wanted).lines()):
+        known = runs(list(ManifestReader(path)))
+        raise UsageError(f"--run {wanted}: no such run in {folder} (runs: {', '.join(known) or 'none'})")
+    reader = ManifestReader(path, wanted)
+    if args is None:
+        return path, reader, iter(reader)
+    keep = matcher(args)
+    return path, reader, (r for r in reader if keep(r))
+
+
 def open_run(folder: str, args: argparse.Namespace | None = None, *, run: str | None = None) -> Run:
     """Return the captures under ``folder`` that pass the filters of ``args`` (see :func:`add_filters`).
 
@@ -81,19 +102,9 @@ def open_run(folder: str, args: argparse.Namespace | None = None, *, run: str | 
     (or ``args.run``) keeps one run; ``"latest"`` means the run that started last.
     Raise :class:`UsageError` when the folder is not a profctx run or the run is unknown.
     """
-    path = check_folder(folder)
-    wanted = run if run is not None else getattr(args, "run", None)
-    if wanted == "latest":
-        wanted = latest_run(path)
-    reader = ManifestReader(path, wanted)
-    keep = (lambda record: True) if args is None else matcher(args)
-    records = [r for r in reader if keep(r)]
-    records.sort(key=lambda r: (r.begin, -1 if r.rank is None else r.rank))
-    found = runs(records)
-    if wanted is not None and not records and not any(True for _ in ManifestReader(path, wanted).lines()):
-        known = runs(list(ManifestReader(path)))
-        raise UsageError(f"--run {wanted}: no such run in {folder} (runs: {', '.join(known) or 'none'})")
-    return Run(path, records, reader.damaged, found)
+    path, reader, chosen = stream_run(folder, args, run=run)
+    records = sorted(chosen, key=lambda r: (r.begin, -1 if r.rank is None else r.rank))
+    return Run(path, records, reader.damaged, runs(records))
 
 
 def add_filters(parser: argparse.ArgumentParser, *, run_default: str | None = None) -> None:

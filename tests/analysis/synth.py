@@ -141,7 +141,8 @@ def write_run(save_path: Path, spec: Spec, *, cache: dict[Any, bytes] | None = N
                 lines = shards.setdefault(rank, [])
                 lines.append(json.dumps({**common, "event": "started", "start_time": origin + begin}))
                 lines.append(json.dumps({**common, "event": "finished", "status": "ok", "start_time": origin + begin,
-                                         "end_time": origin + begin + duration, "duration_s": duration, "blocked_s": 0.001,
+                                         "end_time": origin + begin + duration, "duration_s": duration,
+                                         "blocked_s": 0.001,
                                          "files": [{"path": f"{folder}/{name}", "bytes": len(path.read_bytes())}],
                                          "bytes": 0, "error": None, "notes": []}))
         clock += longest + 1.0
