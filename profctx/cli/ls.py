@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     # Rows are built as records stream in and their cells interned, so a run of 100,000 captures
     # holds one small tuple per capture, not its record.
     cells: dict[str, str] = {}
+    sizes: dict[int | None, str] = {}
     rows: list[tuple[float, int, tuple[str, ...]]] = []
     runs: set[str] = set()
     counts: dict[str, int] = {}
@@ -68,13 +69,18 @@ def run(args: argparse.Namespace) -> int:
         counts[status] = counts.get(status, 0) + 1
         listed = record.files
         files += len(listed)
-        total += record.bytes or 0
+        written = record.bytes
+        total += written or 0
         run_id = str(record.run)
         runs.add(run_id)
+        shown = sizes.get(written)
+        if shown is None:
+            shown = sizes[written] = size(written)
         row = (run_id, steps_text(record), record.role or "step", who_text(record), source_text(record), status,
-               str(len(listed)), size(record.bytes) if listed else "-", seconds(record.duration_s), note(record))
+               str(len(listed)), shown if listed else "-", seconds(record.duration_s),
+               note(record) if status != "ok" or record.notes else "")
         rank = record.rank
-        rows.append((record.begin, -1 if rank is None else rank, tuple(cells.setdefault(c, c) for c in row)))
+        rows.append((record.begin, -1 if rank is None else rank, tuple(map(cells.setdefault, row, row))))
     for where in reader.damaged:
         print(f"profctx ls: skipped an unreadable manifest line ({where}), likely cut by a crash", file=sys.stderr)
     if not rows:
@@ -90,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
     def paint(column: int, cell: str) -> str:
         return style.status(cell.strip()) + cell[len(cell.strip()):] if column == status_col else cell
 
-    print(table(headers[first:], [row[first:] for _, _, row in rows], right=right, paint=paint))
+    print(table(headers[first:], [row[first:] for _, _, row in rows], right=right,
+                paint=paint if style.enabled else None))
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     print(style(f"{len(rows)} captures ({summary}), {files} files, {size(total)}", "dim"))
     return FINDINGS if failed else OK
