@@ -39,7 +39,8 @@ def write(folder: Path, captures: int, shards: int) -> None:
                       "folder": f"step{step:06d}/{role}"}
             lines.append(json.dumps({**common, "event": "started", "start_time": start, "thread": "MainThread"},
                                     separators=(",", ":")))
-            name = f"step{step:06d}/{role}/rank{shard}-of-{shards}_node_{1000 + shard}.{int(start * 1000)}.pt.trace.json.gz"
+            name = (f"step{step:06d}/{role}/rank{shard}-of-{shards}_node_{1000 + shard}."
+                    f"{int(start * 1000)}.pt.trace.json.gz")
             lines.append(json.dumps({**common, "event": "finished", "status": "ok", "start_time": start,
                                      "end_time": start + 0.3, "duration_s": 0.3, "blocked_s": 0.002, "write_s": 0.05,
                                      "files": [{"path": name, "bytes": 1234567}], "bytes": 1234567, "ranges": 2,
@@ -47,11 +48,11 @@ def write(folder: Path, captures: int, shards: int) -> None:
         (manifest / f"bench.rank{shard}-of-{shards}.node.{1000 + shard}.jsonl").write_text("\n".join(lines) + "\n")
 
 
-def measure(argv: list[str]) -> tuple[float, float]:
+def measure(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
     """Run ``argv`` with output to a file; return (seconds, peak RSS MB of that child)."""
     t0 = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out:
-        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL)
+        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, env=env)
         _, status, usage = os.wait4(child.pid, 0)
     elapsed = time.perf_counter() - t0
     code = os.waitstatus_to_exitcode(status)
@@ -65,6 +66,7 @@ def main() -> None:
     parser.add_argument("--captures", type=int, default=100_000)
     parser.add_argument("--shards", type=int, default=64)
     parser.add_argument("--keep", metavar="DIR")
+    parser.add_argument("--old", metavar="PYTHONPATH", help="also time 'ls' of another checkout (its root)")
     args = parser.parse_args()
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="profctx-bench-ls-"))
     if not (folder / ".profctx").is_dir():
@@ -79,8 +81,11 @@ def main() -> None:
         "profctx ls DIR --step 7": measure([py, "-m", "profctx", "ls", str(folder), "--step", "7"]),
         "profctx.manifest.read(DIR)": measure([py, "-c", f"import profctx.manifest as m; m.read({str(folder)!r})"]),
     }
+    if args.old:
+        runs["previous profctx ls DIR (--old)"] = measure([py, "-m", "profctx", "ls", str(folder)],
+                                                          env={**os.environ, "PYTHONPATH": args.old})
     print(f"{args.captures} captures, {args.shards} shards, manifest {size / 1e6:.1f} MB")
-    print(f"| what | time (s) | peak RSS (MB) |\n|---|---:|---:|")
+    print("| what | time (s) | peak RSS (MB) |\n|---|---:|---:|")
     for name, (seconds, rss) in runs.items():
         print(f"| {name} | {seconds:.2f} | {rss:.0f} |")
 

@@ -211,7 +211,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, right: Itera
         out = []
         for i, cell in enumerate(cells):
             padded = cell.rjust(widths[i]) if i in aligned_right else cell.ljust(widths[i])
-            out.append(paint(i, padded) if painted and paint else padded)
+            out.append(paint(i, padded) if painted else padded)
         return "  ".join(out).rstrip()
 
     return "\n".join([line(headers, False), *(line(row, True) for row in rows)])
