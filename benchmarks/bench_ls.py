@@ -52,7 +52,8 @@ def measure(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, 
     """Run ``argv`` with output to a file; return (seconds, peak RSS MB of that child)."""
     t0 = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out:
-        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, env=env)
+        # A neutral working folder: "python -m" would put the current one first on sys.path.
+        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, env=env, cwd=tempfile.gettempdir())
         _, status, usage = os.wait4(child.pid, 0)
     elapsed = time.perf_counter() - t0
     code = os.waitstatus_to_exitcode(status)
@@ -73,6 +74,8 @@ def main() -> None:
         write(folder, args.captures, args.shards)
     size = sum(p.stat().st_size for p in (folder / ".profctx").iterdir())
     py = sys.executable
+    here = str(Path(__file__).resolve().parent.parent)
+    os.environ["PYTHONPATH"] = here
     floor = measure([py, "-c", "import profctx.cli"])
     runs = {
         "interpreter + import profctx.cli": floor,

@@ -67,7 +67,9 @@ def measure(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, 
     """Run ``argv``; return (seconds, peak RSS in MB of that child alone, stdout)."""
     t0 = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out:
-        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, text=True, env=env)
+        # cwd: "python -m" puts the working folder first on sys.path; run from a neutral one so that
+        # PYTHONPATH alone decides which checkout is measured.
+        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, text=True, env=env, cwd=tempfile.gettempdir())
         _, status, usage = os.wait4(child.pid, 0)
         child.returncode = os.waitstatus_to_exitcode(status)
         elapsed = time.perf_counter() - t0
@@ -107,8 +109,9 @@ def main() -> None:
                                     "-o", str(folder / "old.trace.json.gz"), "--no-progress"],
                                    env={**os.environ, "PYTHONPATH": args.old})
     out = folder / "merged.trace.json.gz"
+    here = str(Path(__file__).resolve().parent.parent)
     merge_s, merge_mb, _ = measure([sys.executable, "-m", "profctx", "merge", str(folder), "--step", "1",
-                                    "-o", str(out), "--no-progress"])
+                                    "-o", str(out), "--no-progress"], env={**os.environ, "PYTHONPATH": here})
     floor_mb = _floor_peak()
     rows = [
         ("inputs", f"{len(traces)} traces, {sum(sizes) / 1e6:.0f} MB JSON ({events.strip()} events), "

@@ -20,9 +20,12 @@ Flow and async ids are made unique per capture. Inputs are streamed in batches
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import math
 import os
+import queue
+import threading
 import zlib
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -62,6 +65,8 @@ _MAIN: Final = "\0main"
 CAPTURES_TID: Final = 999_999_000
 #: Merged pid of the process holding one span per step.
 STEPS_PID: Final = 1
+#: First pid given to a merged process whose own pid is taken (above any OS's pid range).
+_FRESH_PID: Final = 1 << 30
 
 
 @dataclass
@@ -147,15 +152,41 @@ def _engine_files(save_path: Path, folder: str, listed: set[str]) -> list[str]:
 
 
 class _Sink:
-    """Write bytes to a file, through a gzip stream when the name ends in ``.gz``; count events."""
+    """Write bytes to a file, through a gzip stream when the name ends in ``.gz``; count events.
+
+    Compression runs on a thread of its own (zlib releases the GIL), so it overlaps the parsing
+    of the next batch; at most a few batches wait in its queue.
+    """
 
     def __init__(self, raw: IO[bytes], gzip_level: int | None) -> None:
         self.raw = raw
         self.zip: Any = zlib.compressobj(gzip_level, zlib.DEFLATED, 31) if gzip_level is not None else None
         self.count = 0
+        self.failed: BaseException | None = None
+        self.queue: queue.Queue[bytes | None] = queue.Queue(maxsize=4)
+        self.thread: threading.Thread | None = None
+        if self.zip is not None:
+            self.thread = threading.Thread(target=self._drain, name="profctx-merge-gzip", daemon=True)
+            self.thread.start()
+
+    def _drain(self) -> None:
+        while True:
+            data = self.queue.get()
+            if data is None:
+                return
+            if self.failed is None:
+                try:
+                    self.raw.write(self.zip.compress(data))
+                except BaseException as exc:  # noqa: BLE001 - handed to the merging thread
+                    self.failed = exc
 
     def write(self, data: bytes) -> None:
-        self.raw.write(self.zip.compress(data) if self.zip is not None else data)
+        if self.failed is not None:
+            raise self.failed
+        if self.thread is not None:
+            self.queue.put(data)
+        else:
+            self.raw.write(data)
 
     def events(self, events: list[Any]) -> None:
         if not events:
@@ -165,15 +196,31 @@ class _Sink:
         self.count += len(events)
 
     def close(self) -> None:
+        """Finish the stream (wait for the compressing thread); raise what it met."""
+        if self.thread is not None:
+            self.queue.put(None)
+            self.thread.join()
+            self.thread = None
+        if self.failed is not None:
+            raise self.failed
         if self.zip is not None:
             self.raw.write(self.zip.flush())
+
+    def abort(self) -> None:
+        """Stop the compressing thread without finishing the stream."""
+        if self.thread is not None:
+            self.failed = self.failed or RuntimeError("merge aborted")
+            self.queue.put(None)
+            self.thread.join()
+            self.thread = None
 
 
 class _Process:
     """One process of the merged trace."""
 
-    def __init__(self, pid: int, record: CaptureRecord, multi_run: bool) -> None:
+    def __init__(self, pid: int, record: CaptureRecord, multi_run: bool, order: int) -> None:
         self.pid = pid
+        self.order = order
         self.record = record
         self.label = record.who + (f" · run {record.run}" if multi_run and record.run else "")
         self.original_name: str | None = None
@@ -210,7 +257,7 @@ class _Process:
             {"ph": "M", "name": "process_labels", "pid": self.pid, "tid": 0, "ts": 0,
              "args": {"labels": self.labels()}},
             {"ph": "M", "name": "process_sort_index", "pid": self.pid, "tid": 0, "ts": 0,
-             "args": {"sort_index": self.pid}},
+             "args": {"sort_index": self.order}},
         ]
         for tid in sorted({*self.threads.values(), CAPTURES_TID}):
             tname = self.thread_names.get(tid, f"thread {tid}")
@@ -237,6 +284,11 @@ def merge(
     records = [i.record for i in inputs]
     known = [r.start_time for r in records if r.start_time]
     out_base_ns = math.floor(min(known)) * 1_000_000_000 if known else 0
+    # torch writes one baseTimeNanoseconds for every process of a host (whole seconds): taking the
+    # smallest as the merged base leaves most events' ts untouched, which is most of the merge's speed.
+    bases = [b for b in (_head_base(i.path) for i in inputs) if b is not None and b <= out_base_ns]
+    if bases:
+        out_base_ns = min(bases)
     base_us = out_base_ns / 1000
     result.runs = list(dict.fromkeys(r.run or "" for r in records))
     result.steps = sorted({s for r in records for s in r.steps} if steps is None else set(steps))
@@ -248,8 +300,12 @@ def merge(
     tmp = temporary(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     raw = open(tmp, "wb")  # noqa: SIM115 - closed below, in every path
+    sink = _Sink(raw, compress_level if output.name.endswith(".gz") else None)
+    # Millions of short-lived event dicts would set off the cyclic collector again and again for
+    # nothing (they hold no cycles; reference counting frees them): pause it for the merge.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
-        sink = _Sink(raw, compress_level if output.name.endswith(".gz") else None)
         head = {"schemaVersion": 1, "displayTimeUnit": "ms", "baseTimeNanoseconds": out_base_ns}
         sink.write(json.dumps(head)[:-1].encode() + b',\n"traceEvents":[\n')
         for index, item in enumerate(inputs):
@@ -272,10 +328,14 @@ def merge(
         raw.close()
         os.replace(tmp, output)
     except BaseException:
+        sink.abort()
         raw.close()
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+    finally:
+        if collecting:
+            gc.enable()
     result.inputs = len(inputs)
     result.events = sink.count
     result.processes = len(processes) + 1
@@ -407,10 +467,17 @@ class _Mapper:
             merged_key = (*self.owner, "pid", key)
         proc = self.processes.get(merged_key)
         if proc is None:
-            proc = _Process(len(self.processes) + STEPS_PID + 1, self.record, self.multi_run)
+            proc = _Process(self._new_pid(key), self.record, self.multi_run, len(self.processes) + STEPS_PID + 1)
             self.processes[merged_key] = proc
         self.pids[key] = proc
         return proc
+
+    def _new_pid(self, key: Any) -> int:
+        """Keep the trace's own pid when no other merged process has it (events then need no rewrite)."""
+        taken = {p.pid for p in self.processes.values()}
+        if type(key) is int and key > STEPS_PID and key < _FRESH_PID and key not in taken:
+            return int(key)
+        return _FRESH_PID + len(self.processes)
 
     def main(self) -> _Process:
         """Return the merged process the capture's own events went to."""
@@ -419,42 +486,44 @@ class _Mapper:
         return self._process(_MAIN)
 
     def remap(self, events: list[Any]) -> list[Any]:
-        """Rewrite ``events`` in place; return those to keep."""
+        """Rewrite ``events`` in place; return those to keep.
+
+        The common event (an int pid kept as is, an int tid, a clock shift of zero) is only
+        looked at, never rewritten: this loop is most of a merge's time.
+        """
         shift = self.shift_us or 0.0
         id_high = self.index << _ID_BITS
         prefix = f"c{self.index}:"
         kept = []
         pids = self.pids
         for event in events:
-            if type(event) is not dict or "ph" not in event:
+            if type(event) is not dict:
+                continue
+            phase = event.get("ph")
+            if phase is None:
                 continue
             original = event.get("pid", "")
-            tid_key = event.get("tid", 0)
-            if type(original) is int:
-                key: Any = original
-            else:
-                key = _MAIN
-                tid_key = (str(original), str(tid_key))
-            proc = pids.get(key) or self._process(key)
-            event["pid"] = proc.pid
-            phase = event["ph"]
-            if phase == "M":
-                name = event.get("name")
-                if name in _RENAMED:
-                    args = event.get("args") or {}
-                    if name == "process_name" and key != _MAIN and isinstance(args, dict):
-                        proc.original_name = str(args.get("name", ""))
-                    elif name == "thread_name" and isinstance(args, dict):
-                        proc.thread_names[proc.tid(tid_key)] = str(args.get("name", ""))
+            proc = pids.get(original) if type(original) is int else None
+            if proc is None:
+                proc = self._slow(event, original)
+                if proc is None:
                     continue
-                event["ts"] = 0
             else:
-                ts = event.get("ts")
-                if type(ts) is float or type(ts) is int:
-                    event["ts"] = round(ts + shift, 3)
-            if "tid" in event:
-                tid = proc.threads.get(tid_key)
-                event["tid"] = tid if tid is not None else proc.tid(tid_key)
+                if proc.pid != original:
+                    event["pid"] = proc.pid
+                tid = event.get("tid", 0)
+                if type(tid) is int:
+                    if tid not in proc.threads:
+                        proc.threads[tid] = tid
+                else:
+                    event["tid"] = proc.tid(tid)
+                if phase == "M":
+                    if not self._metadata(event, proc, original, tid):
+                        continue
+                elif shift:
+                    ts = event.get("ts")
+                    if type(ts) is float or type(ts) is int:
+                        event["ts"] = round(ts + shift, 3)
             if phase in _ID_PHASES:
                 for id_key in ("id", "bind_id"):
                     value = event.get(id_key)
@@ -464,6 +533,38 @@ class _Mapper:
                         event[id_key] = prefix + value
             kept.append(event)
         return kept
+
+    def _slow(self, event: dict[str, Any], original: Any) -> _Process | None:
+        """Rewrite an event of a pid not seen yet, or of one of torch's string pseudo-processes."""
+        tid_key = event.get("tid", 0)
+        if type(original) is int:
+            key: Any = original
+        else:
+            key = _MAIN
+            tid_key = (str(original), str(tid_key))
+        proc = self._process(key)
+        event["pid"] = proc.pid
+        if "tid" in event or key == _MAIN:
+            event["tid"] = proc.tid(tid_key)
+        if event["ph"] == "M":
+            return proc if self._metadata(event, proc, key, tid_key) else None
+        ts = event.get("ts")
+        if self.shift_us and (type(ts) is float or type(ts) is int):
+            event["ts"] = round(ts + self.shift_us, 3)
+        return proc
+
+    def _metadata(self, event: dict[str, Any], proc: _Process, key: Any, tid_key: Any) -> bool:
+        """Handle an ``M`` event; return whether to keep it (names are re-emitted under the merged labels)."""
+        name = event.get("name")
+        if name in _RENAMED:
+            args = event.get("args") or {}
+            if name == "process_name" and key != _MAIN and isinstance(args, dict):
+                proc.original_name = str(args.get("name", ""))
+            elif name == "thread_name" and isinstance(args, dict):
+                proc.thread_names[proc.tid(tid_key)] = str(args.get("name", ""))
+            return False
+        event["ts"] = 0
+        return True
 
 
 def _shift(item: MergeInput, meta: dict[str, Any], out_base_ns: int, result: MergeResult) -> float:
@@ -484,6 +585,20 @@ def _shift(item: MergeInput, meta: dict[str, Any], out_base_ns: int, result: Mer
                 result.approximate.append(str(item.path))
                 return start * 1e6 - (first or 0.0) - out_base_ns / 1000
     return (base - out_base_ns) / 1000
+
+
+def _head_base(path: Path) -> int | None:
+    """Return the ``baseTimeNanoseconds`` a trace gives before its events, or ``None``."""
+    try:
+        with TraceStream(path) as stream:
+            for key, value in stream.batches():
+                if key == EVENTS:
+                    return None
+                if key == "baseTimeNanoseconds":
+                    return value if type(value) is int else None
+    except (TraceFormatError, OSError):
+        return None
+    return None
 
 
 def _size(path: Path) -> int:

@@ -170,21 +170,25 @@ class TraceStream:
         return None
 
     def _read(self) -> bytes:
-        """Return the next decoded bytes of the file, or ``b""`` at its end (damage noted)."""
+        """Return the next decoded bytes of the file (about :data:`CHUNK`), or ``b""`` at its end (damage noted)."""
         while True:
-            raw = self._raw.read(CHUNK)
+            if self._inflate is not None and self._inflate.unconsumed_tail:
+                raw = self._inflate.unconsumed_tail  # input left over by the output cap of the last call
+            else:
+                raw = self._raw.read(max(CHUNK // 8, 1) if self._inflate is not None else CHUNK)
             if self._inflate is None:
-                return raw
+                return bytes(raw)
             if not raw:
                 if not self._inflate.eof:
                     self._damage = "the gzip stream ends early (file cut short)"
-                return self._inflate.flush() if not self._inflate.eof else b""
+                return bytes(self._inflate.flush()) if not self._inflate.eof else b""
             try:
-                data: bytes = self._inflate.decompress(raw)
+                # Capped: a trace compresses 10-20x, and the parse of a buffer costs several times its size.
+                data: bytes = self._inflate.decompress(raw, CHUNK)
                 while self._inflate.eof and self._inflate.unused_data:
                     rest = self._inflate.unused_data  # a second gzip member follows
                     self._inflate = zlib.decompressobj(31)
-                    data += self._inflate.decompress(rest)
+                    data += self._inflate.decompress(rest, CHUNK)
             except zlib.error as exc:
                 self._damage = f"the gzip data is damaged ({exc})"
                 self._raw.seek(0, os.SEEK_END)
