@@ -69,7 +69,8 @@ def measure(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, 
     with tempfile.TemporaryFile("w+") as out:
         # cwd: "python -m" puts the working folder first on sys.path; run from a neutral one so that
         # PYTHONPATH alone decides which checkout is measured.
-        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, text=True, env=env, cwd=tempfile.gettempdir())
+        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, text=True, env=env,
+                                 cwd=tempfile.gettempdir())
         _, status, usage = os.wait4(child.pid, 0)
         child.returncode = os.waitstatus_to_exitcode(status)
         elapsed = time.perf_counter() - t0

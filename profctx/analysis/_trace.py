@@ -8,6 +8,7 @@ interned name: about 30 bytes an event against the 250 or so of its JSON, whatev
 
 from __future__ import annotations
 
+import gc
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -60,6 +61,16 @@ def read_figures(path: str | Path) -> TraceFigures:
     A file cut short or damaged yields the figures of what was read, with ``problem`` set;
     an unreadable file (missing, not a trace) too, with empty figures.
     """
+    collecting = gc.isenabled()
+    gc.disable()  # the parsed events hold no cycles: the collector would only rescan them again and again
+    try:
+        return _read(path)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _read(path: str | Path) -> TraceFigures:
     figures = TraceFigures()
     names: dict[str, int] = {}
     threads: dict[tuple[Any, Any], _Thread] = {}
