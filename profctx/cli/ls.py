@@ -119,7 +119,10 @@ def _json(records: Any, damaged: list[str]) -> int:
         print(f"profctx ls: skipped an unreadable manifest line ({where}), likely cut by a crash", file=sys.stderr)
     encoded.sort(key=lambda item: (item[0], item[1]))
     out = sys.stdout
-    out.write("[" + ",\n".join(text.decode() for _, _, text in encoded) + "]\n")
+    out.write("[")
+    for index, (_, _, text) in enumerate(encoded):
+        out.write((",\n" if index else "") + text.decode())
+    out.write("]\n")
     return FINDINGS if failed else OK
 
 
