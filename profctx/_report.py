@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Final
 
-from .analysis import CaptureSummary, Summary, process_label
+from .analysis import CaptureSummary, Summary, process_names
 from .manifest import CaptureRecord
 
 #: 20 colours of high mutual contrast (Kelly's list without white and black), given to roles in order of
@@ -45,6 +45,7 @@ def render(summary: Summary, records: Sequence[CaptureRecord], *, damaged: Seque
     by_capture = {c.record.capture: c for c in [*summary.captures, *summary.engines]}
     empty = [c for c in by_capture.values() if c.empty]
     runs = sorted({r.run or "-" for r in records})
+    names = process_names(records)
     status_text = ", ".join(f'<span class="st-{e(s)}">{n} {e(s)}</span>' for s, n in sorted(statuses.items()))
     parts = [
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>",
@@ -60,8 +61,8 @@ def render(summary: Summary, records: Sequence[CaptureRecord], *, damaged: Seque
         parts.append(f"<p class=warn id=failed-note>{statuses['failed']} capture(s) failed: see the table below.</p>")
     if empty:
         parts.append(f"<p class=warn id=empty-note>{len(empty)} capture(s) hold no operator (an empty trace): "
-                     + e(", ".join(f"step {_span(c.record.steps)} {c.record.role or 'step'} {process_label(c.record)}"
-                                   for c in empty[:8])) + "</p>")
+                     + e(", ".join(f"step {_span(c.record.steps)} {c.record.role or 'step'} "
+                                   f"{names.get(c.record.process, '')}" for c in empty[:8])) + "</p>")
     for problem in summary.problems[:10]:
         parts.append(f"<p class=warn>{e(problem)}</p>")
     parts.append("<h2>Timeline</h2><p class=hint>One row per process (worker group and rank, engine replica, "
@@ -89,37 +90,26 @@ def render(summary: Summary, records: Sequence[CaptureRecord], *, damaged: Seque
                  "<table id=captures><thead><tr><th>step</th><th>role</th><th>process</th><th>source</th>"
                  "<th>status</th><th>duration</th><th>blocked</th><th>size</th><th>details</th></tr></thead><tbody>")
     for record in records:
-        parts.append(_row(record, by_capture.get(record.capture), palette))
+        parts.append(_row(record, by_capture.get(record.capture), palette, names[record.process]))
     parts.append("</tbody></table>")
     parts.append(f"<script>{_JS}</script></body></html>")
     return "".join(parts)
 
 
 def _rows(records: Sequence[CaptureRecord]) -> dict[tuple[str, ...], str]:
-    """Return the timeline rows: process key -> label, host:pid added where two labels collide."""
-    labels: dict[tuple[str, ...], str] = {}
-    for record in sorted(records, key=_row_order):
-        labels.setdefault(record.process, process_label(record))
-    count: dict[str, int] = defaultdict(int)
-    for label in labels.values():
-        count[label] += 1
-    runs = {key[-1] for key in labels}
-    out = {}
-    for key, label in labels.items():
-        if count[label] > 1 and key[0] == "process":
-            label = f"{label} ({key[1]}:{key[2]})"
-        if len(runs) > 1:
-            label = f"{label} · {key[-1]}"
-        out[key] = label
-    return out
+    """Return the timeline rows in display order: process key -> distinct name."""
+    names = process_names(records)
+    ordered = sorted(records, key=_row_order)
+    return {key: names[key] for key in dict.fromkeys(r.process for r in ordered)}
 
 
-def _row_order(record: CaptureRecord) -> tuple[int, str, int, str]:
+def _row_order(record: CaptureRecord) -> tuple[int, str, int, str, float]:
     if record.group == "driver":
-        return (0, "", 0, "")
+        return (0, "", 0, "", 0.0)
     if record.is_engine:
-        return (2, record.engine or "", record.replica if record.replica is not None else -1, record.run or "")
-    return (1, record.group or "", record.rank if record.rank is not None else -1, record.run or "")
+        return (2, record.engine or "", record.replica if record.replica is not None else -1, record.run or "",
+                record.begin)
+    return (1, record.group or "", record.rank if record.rank is not None else -1, record.run or "", record.begin)
 
 
 def _ticks(span: float) -> float:
@@ -134,9 +124,11 @@ def _timeline(records: Sequence[CaptureRecord], palette: dict[str, str], empty: 
         return "<p class=note>no captures with a time</p>"
     rows = _rows(records)
     keys = list(rows)
+    # Room for the longest row name (about 7 px a character at the label's 12 px font).
+    left = min(max(_LEFT, 16 + 7 * max(len(name) for name in rows.values())), 420)
     t0 = min(r.begin for r in timed)
     t1 = max(max((r.end_time or r.begin) for r in timed), t0 + 1e-3)
-    scale = (_WIDTH - _LEFT - 20) / (t1 - t0)
+    scale = (_WIDTH - left - 20) / (t1 - t0)
     # Lanes: captures of one process that overlap in time (threads of one worker) stack.
     lanes: dict[str, int] = {}
     lane_count: dict[tuple[str, ...], int] = defaultdict(lambda: 1)
@@ -168,28 +160,28 @@ def _timeline(records: Sequence[CaptureRecord], palette: dict[str, str], empty: 
             band = steps.setdefault(s, [r.begin, r.end_time or r.begin])
             band[0], band[1] = min(band[0], r.begin), max(band[1], r.end_time or r.begin)
     for s, (a, b) in sorted(steps.items()):
-        x = _LEFT + (a - t0) * scale
+        x = left + (a - t0) * scale
         w = max((b - a) * scale, 2.0)
         svg.append(f'<g class=stepband data-step="{s}"><rect x="{x:.1f}" y="{_TOP - 16}" width="{w:.1f}" '
                    f'height="{height - _TOP + 12}" fill="#f2f2f5"/><text x="{x + 2:.1f}" y="{_TOP - 5}" '
                    f'class=steplabel>step {s}</text></g>')
     # Axis.
     tick = _ticks(t1 - t0)
-    svg.append(f'<g class=axis><line x1="{_LEFT}" y1="{height - 4}" x2="{_WIDTH - 20}" y2="{height - 4}" '
+    svg.append(f'<g class=axis><line x1="{left}" y1="{height - 4}" x2="{_WIDTH - 20}" y2="{height - 4}" '
                f'stroke="#999"/>')
     k = 0
     while k * tick <= (t1 - t0) + 1e-12:
-        x = _LEFT + k * tick * scale
+        x = left + k * tick * scale
         svg.append(f'<line x1="{x:.1f}" y1="{_TOP - 20}" x2="{x:.1f}" y2="{height - 4}" stroke="#e3e3e8"/>'
                    f'<text x="{x:.1f}" y="12" text-anchor=middle class=tick>{_secs(k * tick)}</text>')
         k += 1
     svg.append("</g>")
     for key in keys:
-        svg.append(f'<text class=rowlabel x="{_LEFT - 8}" y="{row_y[key] + _ROW - 5}" text-anchor=end>'
+        svg.append(f'<text class=rowlabel x="{left - 8}" y="{row_y[key] + _ROW - 5}" text-anchor=end>'
                    f"{e(rows[key])}</text>")
     for record in timed:
         by = row_y[record.process] + lanes[record.capture] * _ROW
-        bx = _LEFT + (record.begin - t0) * scale
+        bx = left + (record.begin - t0) * scale
         bw = max(((record.end_time or record.begin) - record.begin) * scale, 3.0)
         role = record.role or "step"
         tip = (f"step {_span(record.steps)} · {role} · {rows[record.process]} · {record.status} · "
@@ -297,7 +289,7 @@ def _role_ops(summary: Summary, palette: dict[str, str]) -> str:
     return f"<div id=roleops class=opsgrid>{''.join(blocks)}</div>" if blocks else "<p class=note>no operators</p>"
 
 
-def _row(record: CaptureRecord, figures: CaptureSummary | None, palette: dict[str, str]) -> str:
+def _row(record: CaptureRecord, figures: CaptureSummary | None, palette: dict[str, str], who: str) -> str:
     e = html.escape
     role = record.role or "step"
     source = f"{record.engine} {record.version or ''}".strip() if record.is_engine else (record.backend or "-")
@@ -325,7 +317,7 @@ def _row(record: CaptureRecord, figures: CaptureSummary | None, palette: dict[st
     return (
         f'<tr id="c-{e(record.capture)}" class="st-{status}">'
         f'<td>{e(_span(record.steps))}</td><td><i class=sw style="background:{palette.get(role, "#999")}"></i>'
-        f"{e(role)}</td><td>{e(process_label(record))}</td><td>{e(source)}</td><td class=status>{status}</td>"
+        f"{e(role)}</td><td>{e(who)}</td><td>{e(source)}</td><td class=status>{status}</td>"
         f"<td>{_secs(record.duration_s)}</td><td>{_secs(record.blocked_s)}</td>"
         f"<td>{_size(record.bytes) if record.files else '-'}</td><td>{''.join(detail)}</td></tr>"
     )

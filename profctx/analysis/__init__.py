@@ -16,6 +16,7 @@ from ._summary import (
     RoleStep,
     Summary,
     process_label,
+    process_names,
     summarize,
     summarize_records,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "diff",
     "parse_threshold",
     "process_label",
+    "process_names",
     "read_figures",
     "summarize",
     "summarize_records",

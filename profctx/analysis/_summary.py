@@ -175,6 +175,41 @@ def process_label(record: CaptureRecord) -> str:
     return record.who
 
 
+def process_names(records: Iterable[CaptureRecord]) -> dict[tuple[str, ...], str]:
+    """Return a distinct row name per process of ``records`` (see :attr:`CaptureRecord.process`).
+
+    The name is the group and rank (``actor rank 0``), the engine replica or ``driver``. Where two
+    processes would share one (records without a group: a rollout actor and a trainer both
+    ``rank 0``), the roles the process ran are added (``rank 0 (rollout)``), then ``host:pid``;
+    with several runs, the run id.
+    """
+    base: dict[tuple[str, ...], str] = {}
+    roles: dict[tuple[str, ...], list[str]] = defaultdict(list)
+    runs: set[str] = set()
+    for record in records:
+        key = record.process
+        base.setdefault(key, process_label(record))
+        name = record.role_name
+        if name not in roles[key]:
+            roles[key].append(name)
+        runs.add(record.run or "")
+    names = dict(base)
+    for step in ("roles", "host"):
+        count: dict[str, int] = defaultdict(int)
+        for name in names.values():
+            count[name] += 1
+        for key, name in names.items():
+            if count[name] < 2 or key[0] != "process":
+                continue
+            if step == "roles":
+                names[key] = f"{name} ({'+'.join(roles[key])})"
+            else:
+                names[key] = f"{name} {key[1]}:{key[2]}"
+    if len(runs) > 1:
+        names = {key: f"{name} · {key[-1]}" for key, name in names.items()}
+    return names
+
+
 def summarize(
     save_path: str | os.PathLike[str],
     run: str | None = "latest",
@@ -235,6 +270,14 @@ def summarize_records(
             if progress:
                 progress(done, total)
     return _assemble(root, chosen, captures, engines, problems, top, straggler_ratio, wanted)
+
+
+def _row_order(record: CaptureRecord) -> tuple[int, str, int, float]:
+    if record.group == "driver":
+        return (0, "", 0, 0.0)
+    if record.is_engine:
+        return (2, record.engine or "", record.replica if record.replica is not None else -1, record.begin)
+    return (1, record.group or "", record.rank if record.rank is not None else -1, record.begin)
 
 
 def _engine_files(root: Path, folder: str, listed: set[str]) -> list[str]:
@@ -307,9 +350,10 @@ def _assemble(root: Path, run: str | None, captures: list[CaptureSummary], engin
     role_ops: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0, 0]))
     spans: dict[int, list[float]] = {}
     processes: list[str] = []
-    for item in captures:
+    names = process_names(c.record for c in captures)
+    for item in sorted(captures, key=lambda c: _row_order(c.record)):
         r = item.record
-        who = process_label(r)
+        who = names[r.process]
         if who not in processes:
             processes.append(who)
         if r.start_time and r.end_time:

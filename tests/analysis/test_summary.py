@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from profctx.analysis import SCHEMA, SCHEMA_VERSION, diff, summarize
+from profctx.analysis import SCHEMA, SCHEMA_VERSION, diff, process_names, summarize
+from profctx.manifest import CaptureRecord
 from profctx.cli import main
 
 from .synth import Spec, write_run
@@ -121,3 +122,19 @@ def test_diff_two_steps_of_one_run(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "A: step 3    B: step 50" in out and "+100.0%" in out
     assert main(["diff", str(tmp_path), "--steps", "3", "7"]) == 2
     assert "step 7: no completed capture" in capsys.readouterr().err
+
+
+def test_processes_that_share_a_rank_number_get_distinct_rows() -> None:
+    def record(pid: int, role: str, **extra: object) -> CaptureRecord:
+        return CaptureRecord({"capture": f"{pid}{role}", "run": "r", "rank": 0, "host": "h", "pid": pid,
+                              "role": role, "steps": [1], "status": "ok", **extra})
+
+    rows = [record(10, "rollout"), record(11, "ref"), record(11, "actor_update"), record(12, "actor_update"),
+            record(13, "rollout", kind="engine", engine="vllm", replica=0), record(14, "step", group="driver"),
+            record(15, "rollout", group="rollout"), record(16, "rollout")]
+    names = process_names(rows)
+    # Roles tell apart a rollout actor and a trainer; host:pid is the last resort.
+    assert sorted(names.values()) == ["driver", "rank 0 (actor_update)", "rank 0 (ref+actor_update)",
+                                      "rank 0 (rollout) h:10", "rank 0 (rollout) h:16", "rollout rank 0",
+                                      "vllm replica 0"]
+    assert len(set(names.values())) == len(names)
