@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from profctx.analysis import SCHEMA, SCHEMA_VERSION, diff, process_names, summarize
-from profctx.manifest import CaptureRecord
 from profctx.cli import main
+from profctx.manifest import CaptureRecord
 
 from .synth import Spec, write_run
 
