@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from profctx.cli import main
+from profctx.cli._common import Style
 
 
 def test_ls_lists_every_capture_with_reasons(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -88,3 +90,17 @@ def test_demo_refuses_a_bad_window_with_a_usage_error(window: str) -> None:
                           text=True, check=False)
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr and f"--window {window!r} is not valid" in done.stderr
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    assert "\x1b[" in Style(_Terminal()).status("failed")
+    assert Style(io.StringIO()).status("failed") == "failed"  # a pipe
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert Style(_Terminal()).status("failed") == "failed"
