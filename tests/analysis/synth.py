@@ -40,7 +40,8 @@ class Spec:
 
 
 def trace(pid: int, start_us: float, seconds: float, outer: str, leaf: str, events: int, kernels: bool,
-          role_range: str | None = None, leaf_scale: float = 1.0, base_ns: int = BASE_NS) -> dict[str, Any]:
+          role_range: str | None = None, leaf_scale: float = 1.0, base_ns: int = BASE_NS,
+          rank: int = 0) -> dict[str, Any]:
     """Return one torch-shaped trace: ``events`` pairs (outer holding leaf), filling ``seconds``."""
     out: list[dict[str, Any]] = [
         {"ph": "M", "name": "process_name", "ts": start_us, "pid": pid, "tid": 0, "args": {"name": "python"}},
@@ -62,10 +63,11 @@ def trace(pid: int, start_us: float, seconds: float, outer: str, leaf: str, even
                     "dur": round(leaf_dur - 2, 3), "args": {"External id": i + 100000}})
         if kernels:
             out.append({"ph": "X", "cat": "kernel", "name": f"{leaf}_kernel", "pid": 0, "tid": 7,
-                        "ts": round(ts + 2, 3), "dur": round(leaf_dur / 2, 3), "args": {"device": 0}})
+                        "ts": round(ts + 2, 3), "dur": round(leaf_dur / 2, 3),
+                        "args": {"device": 0, "stream": 7, "correlation": i}})
     out.append({"ph": "X", "cat": "Trace", "name": "PyTorch Profiler (0)", "pid": "Spans", "tid": "PyTorch Profiler",
                 "ts": start_us, "dur": seconds * 1e6})
-    return {"schemaVersion": 1, "distributedInfo": {"rank": 0}, "traceEvents": out,
+    return {"schemaVersion": 1, "distributedInfo": {"rank": rank}, "traceEvents": out,
             "baseTimeNanoseconds": base_ns, "traceName": "synthetic"}
 
 
@@ -112,7 +114,7 @@ def write_run(save_path: Path, spec: Spec, *, cache: dict[Any, bytes] | None = N
                         outer, leaf = spec.ops.get(r_role, (f"{r_role}::outer", f"{r_role}::leaf"))
                         part = trace(pid, (r_begin - base_s) * 1e6, r_dur, outer, leaf, spec.events, spec.kernels,
                                      role_range=r_role, leaf_scale=spec.op_scale.get(leaf, 1.0),
-                                     base_ns=int(origin) * 10**9)
+                                     base_ns=int(origin) * 10**9, rank=rank)
                         if doc is None:
                             doc = part
                         else:
@@ -123,11 +125,12 @@ def write_run(save_path: Path, spec: Spec, *, cache: dict[Any, bytes] | None = N
                 else:
                     assert role is not None
                     outer, leaf = spec.ops.get(role, (f"{role}::outer", f"{role}::leaf"))
-                    key = (role, round(duration, 9), spec.events, spec.kernels, spec.op_scale.get(leaf, 1.0))
+                    key = (role, round(duration, 9), spec.events, spec.kernels, spec.op_scale.get(leaf, 1.0), rank)
                     data_cached = cache.get(key) if cache is not None else None
                     if data_cached is None:
                         doc = trace(pid, (begin - base_s) * 1e6, duration, outer, leaf, spec.events, spec.kernels,
-                                    leaf_scale=spec.op_scale.get(leaf, 1.0), base_ns=int(origin) * 10**9)
+                                    leaf_scale=spec.op_scale.get(leaf, 1.0), base_ns=int(origin) * 10**9,
+                                    rank=rank)
                         data_cached = gzip.compress(json.dumps(doc, indent=1).encode(), 1)
                         if cache is not None:
                             cache[key] = data_cached
