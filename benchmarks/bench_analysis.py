@@ -48,10 +48,16 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=2.0, help="uncompressed MB of JSON per trace")
     parser.add_argument("--large-mb", type=float, default=150.0, help="uncompressed MB of the one large trace")
     parser.add_argument("--keep", metavar="DIR")
+    parser.add_argument("--generate-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="profctx-bench-analysis-"))
     names = ["rollout", "ref", "actor_update", "critic_update", "reward", "values"][: args.roles]
-    if not (folder / ".profctx").is_dir():
+    if not (folder / ".profctx").is_dir() and not args.generate_only:
+        # Generated in a child: Linux carries a process's peak RSS over fork and exec, so a parent
+        # grown by the generator would inflate every child's figure below.
+        subprocess.run([sys.executable, __file__, *sys.argv[1:], "--keep", str(folder), "--generate-only"],
+                       check=True)
+    if args.generate_only:
         spec = Spec(run="scale", steps=tuple(range(1, args.steps + 1)), ranks=args.ranks,
                     roles={n: 0.2 + 0.1 * i for i, n in enumerate(names)},
                     slow={(args.ranks - 1, names[-1]): 1.5}, events=int(args.mb * 1e6 / _PAIR_BYTES))
@@ -65,6 +71,7 @@ def main() -> None:
         target = next((folder / "step000001" / names[0]).glob("rank0-*.gz"))
         shutil.copyfile(big, target)
         shutil.rmtree(scratch)
+        return
     traces = sorted(folder.rglob("*.pt.trace.json.gz"))
     largest = max(traces, key=lambda p: p.stat().st_size)
     with gzip.open(largest, "rb") as fh:
