@@ -1,14 +1,13 @@
 """profctx: step- and role-aware profiling for distributed RL and LLM training."""
 
-from ._api import configure, flush, get_config, is_configured, reset
+from ._api import attach, configure, detach, flush, get_config, is_configured, reset
+from ._block import profile_step
 from ._config import EngineConfig, ProfilerConfig
 from ._decorate import profiled
 from ._errors import ConfigError, ProfilingError
-from ._policy import profile_step
 from ._propagate import ScopedThreadPoolExecutor, adopt, bind, extract, inject
 from ._scope import Scope, current
 from ._window import StepWindow
-from .engines import attach, detach
 
 __all__ = [
     "ConfigError",

@@ -1,14 +1,17 @@
-"""The configuration entry points: configure, reset, is_configured, flush."""
+"""The configuration entry points: configure, reset, is_configured, get_config, flush."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import _lifecycle, _log, _propagate, _state
+from . import _lifecycle, _log
 from ._config import ProfilerConfig, load
-from ._log import logger
+from ._owner import OWNER
 from ._runtime import Runtime
 from .backends import backend_class, check_config, resolve_tool
+
+if TYPE_CHECKING:
+    from .engines import EngineAdapter
 
 
 def configure(config: object = None, /, **fields: Any) -> ProfilerConfig | None:
@@ -20,63 +23,75 @@ def configure(config: object = None, /, **fields: Any) -> ProfilerConfig | None:
     variables override both. Raise :class:`ConfigError` for any invalid value, before
     anything runs. A previous configuration is shut down first (its open capture is
     stopped and written). When this process can capture, the backend's one-time set-up
-    (about a second for torch) happens here, not in the first profiled step.
+    (about a second for torch) starts on a background thread; the first capture waits only
+    for what is left of it.
     """
     new = load(config, **fields)
     if new is not None and new.active:
         check_config(backend_class(resolve_tool(new.tool)), new)
-        for hook in list(_state.ROLE_HOOKS):  # attached engines refuse options they cannot honour
-            check = getattr(hook, "check_config", None)
-            if check is not None:
-                check(new)
+        for hook in list(OWNER.hooks):  # attached engines refuse options they cannot honour
+            hook.check_config(new)
     _shutdown()
-    _state.CONFIG = new
+    OWNER.config = new
     if new is None or not new.active:
+        OWNER.refresh()
         return new
-    runtime = Runtime(new)
+    runtime = Runtime(OWNER, new)
     if new.exit_hooks:
         _lifecycle.install()
     if new.warmup and runtime.rank_selected():
-        try:
-            runtime.backend.prepare()
-        except Exception as exc:  # noqa: BLE001 - a failed warm-up only costs time later
-            logger.warning("profctx: backend %s could not prepare: %s", runtime.tool, exc)
-    _state.RUNTIME = runtime
+        runtime.prepare_in_background()
+    OWNER.runtime = runtime
+    OWNER.refresh()
     return new
 
 
 def reset() -> None:
-    """Return profctx to its unconfigured state: stop and write any open capture, forget the config."""
+    """Return profctx to its unconfigured state: stop and write any open capture, forget the config.
+
+    Everything profctx holds for the process ends here: attached engines are detached, exit
+    hooks removed, warnings may be logged again.
+    """
     _shutdown()
-    _state.CONFIG = None
-    _state.GATE.clear()
-    _propagate.open_worker_gate()  # a Ray worker must keep removing the reserved keyword
-    for hook in list(_state.ROLE_HOOKS):
-        detach = getattr(hook, "reset", None)
-        if detach is not None:
-            detach()
-    _state.ROLE_HOOKS.clear()
+    OWNER.end()
     _lifecycle.uninstall()
     _log.reset()
 
 
 def is_configured() -> bool:
     """Return whether :func:`configure` was called with a configuration (since the last reset)."""
-    return _state.CONFIG is not None
+    return OWNER.config is not None
 
 
 def get_config() -> ProfilerConfig | None:
     """Return the current configuration, or ``None``."""
-    return _state.CONFIG
+    return OWNER.config
 
 
 def flush(timeout: float | None = None) -> bool:
     """Wait until every stopped capture's files are written; return whether all finished in time."""
-    runtime = _state.RUNTIME
+    runtime = OWNER.runtime
     return True if runtime is None else runtime.flush(timeout)
 
 
+def attach(*adapters: EngineAdapter) -> None:
+    """Attach engine adapters: they start and stop with every role matching ``engines.roles``.
+
+    See :func:`profctx.engines.attach` (imported on first use, so ``import profctx`` stays light).
+    """
+    from .engines import _attach  # engines pull asyncio and HTTP: only when used
+
+    _attach.attach(*adapters)
+
+
+def detach(*adapters: EngineAdapter) -> None:
+    """Detach engine adapters (all when none is given); see :func:`profctx.engines.detach`."""
+    from .engines import _attach
+
+    _attach.detach(*adapters)
+
+
 def _shutdown() -> None:
-    runtime, _state.RUNTIME = _state.RUNTIME, None
+    runtime, OWNER.runtime = OWNER.runtime, None
     if runtime is not None:
         runtime.shutdown()

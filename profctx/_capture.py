@@ -1,238 +1,305 @@
-"""One capture: claim the process's profiler, start the backend, stop it, write and record files."""
+"""One capture: claim the process's profiler, start the backend, draw ranges, stop, hand off the writing.
+
+Start and stop are safe against interrupts (Ctrl-C, SIGTERM turned into ``SystemExit``)
+landing at any statement: the native-capture token is always given back, a half-started
+backend session is always stopped, and the capture is recorded as ``interrupted``.
+"""
 
 from __future__ import annotations
 
 import threading
 import time
 import uuid
-from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import _registry
-from ._layout import capture_folder, trace_stem
+from ._layout import capture_folder
+from ._log import logger
+from ._manifest import Status, capture_record, file_entries
+from ._plan import CaptureKey
 from .backends import CaptureSpec
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
 
 
+class Range:
+    """A named range open in one thread's stack of a capture (closed last-in, first-out)."""
+
+    __slots__ = ("cm", "open")
+
+    def __init__(self, cm: Any) -> None:
+        self.cm = cm
+        self.open = True
+
+
 class Capture:
     """A device-profiler session over some steps and, in role mode, one role path.
 
-    Status moves ``planned`` -> ``live`` -> ``stopping`` -> ``ok``/``failed``, or ``planned`` ->
-    ``skipped`` (another capture owned the profiler) / ``failed`` (the start failed).
+    Status: ``planned`` -> ``starting`` -> ``live`` -> ``stopping`` -> ``ok``/``failed``/
+    ``interrupted``; or ``planned`` -> ``skipped`` (another capture held the profiler:
+    ``holder``) / ``failed`` / ``interrupted`` (the start did not complete).
     """
 
     __slots__ = (
         "folder",
+        "holder",
         "id",
-        "kind",
-        "owner",
+        "key",
         "ranges",
-        "roles",
         "runtime",
+        "seq",
         "spec",
+        "stacks",
         "start_mono",
         "start_wall",
         "status",
-        "steps",
+        "stop_requested",
         "thread",
     )
 
-    def __init__(self, runtime: Runtime, kind: str, steps: tuple[int, ...], roles: tuple[str, ...]) -> None:
+    def __init__(self, runtime: Runtime, key: CaptureKey, seq: int) -> None:
         self.id = uuid.uuid4().hex[:12]
         self.runtime = runtime
-        self.kind = kind
-        self.steps = steps
-        self.roles = roles
+        self.key = key
+        self.seq = seq
         self.status = "planned"
-        self.owner: Capture | None = None
+        self.holder: Capture | None = None
         self.thread = threading.get_ident()
-        self.folder = capture_folder(steps, roles)
+        self.folder = capture_folder(key.steps, key.roles)
         self.start_wall = 0.0
         self.start_mono = 0.0
         self.spec: CaptureSpec | None = None
         self.ranges = 0
+        self.stop_requested = False
+        #: Thread id -> that thread's open ranges, innermost last.
+        self.stacks: dict[int, list[Range]] = {}
 
     @property
-    def live(self) -> bool:
+    def recording(self) -> bool:
         """Whether the capture is recording now."""
         return self.status == "live"
 
     @property
+    def steps(self) -> tuple[int, ...]:
+        """The steps the capture covers."""
+        return self.key.steps
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """The role path of a role capture (empty for a step capture)."""
+        return self.key.roles
+
+    @property
     def label(self) -> str:
         """A short human description: ``step 3 role actor_update``."""
-        steps = f"step {self.steps[0]}" if len(self.steps) == 1 else f"steps {self.steps[0]}-{self.steps[-1]}"
-        return f"{steps} role {'/'.join(self.roles)}" if self.roles else steps
+        steps = self.key.steps
+        text = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
+        return f"{text} role {'/'.join(self.key.roles)}" if self.key.roles else text
 
-    def _base_record(self) -> dict[str, Any]:
-        return {
-            "capture": self.id,
-            "kind": self.kind,
-            "steps": list(self.steps),
-            "step": self.steps[0],
-            "last_step": self.steps[-1],
-            "role": "/".join(self.roles) or None,
-            "backend": self.runtime.tool,
-            "folder": self.folder.as_posix(),
-        }
+    def _record(self, event: str, **fields: Any) -> None:
+        rt = self.runtime
+        rt.record(capture_record(
+            event,  # type: ignore[arg-type]
+            capture=self.id, kind=self.key.kind, steps=self.key.steps, roles=self.key.roles,
+            backend=rt.tool, folder=self.folder.as_posix(), seq=self.seq, **fields,
+        ))
+
+    # -- start --------------------------------------------------------------------------------
 
     def begin(self) -> bool:
-        """Claim the profiler and start the backend; return whether the capture is live.
+        """Claim the profiler and start the backend; return whether the capture is recording.
 
-        Never raises unless ``on_error="raise"``; a refusal or failure is recorded.
+        Never raises unless ``on_error="raise"`` (``ProfilingError``) or an interrupt arrives
+        (re-raised after cleaning up). A refusal or failure is recorded.
         """
         rt = self.runtime
-        owner = _registry.claim(self)
-        if owner is not None:
-            self.status = "skipped"
-            self.owner = owner
-            rt.record({
-                **self._base_record(),
-                "event": "finished",
-                "status": "skipped",
-                "time": time.time(),
-                "reason": f"the process's profiler was owned by capture {owner.id} ({owner.label})",
-                "owner": {"capture": owner.id, "label": owner.label},
-            })
-            return False
-        identity = rt.identity()
-        self.thread = threading.get_ident()
-        self.start_wall = time.time()
-        self.start_mono = time.perf_counter()
-        metadata = {
-            "capture": self.id,
-            "run": rt.run_id,
-            "steps": list(self.steps),
-            "step": self.steps[0],
-            "role": "/".join(self.roles) or None,
-            "rank": identity.rank,
-            "world_size": identity.world_size,
-            "host": identity.host,
-            "pid": identity.pid,
-            "start_time": self.start_wall,
-        }
-        rt.record({**self._base_record(), "event": "started", "start_time": self.start_wall,
-                   "thread": threading.current_thread().name})
+        claimed = False
         try:
-            folder = rt.save_path / self.folder
-            folder.mkdir(parents=True, exist_ok=True)
-            self.spec = CaptureSpec(
-                capture_id=self.id,
-                steps=self.steps,
-                roles=self.roles,
-                folder=folder,
-                stem=trace_stem(identity),
-                identity=identity,
-                run_id=rt.run_id,
-                contents=rt.config.contents,
-                options=rt.config.tool_options,
-                compress=rt.config.compress,
-                metadata=metadata,
-                notes=[rt.tool_note] if rt.tool_note else [],
-            )
+            holder = rt.claim(self)
+            if holder is not None:
+                self.status = "skipped"
+                self.holder = holder
+                self._record("finished", status="skipped", time=time.time(),
+                             reason=f"the process's profiler was owned by capture {holder.id} ({holder.label})",
+                             owner={"capture": holder.id, "label": holder.label})
+                return False
+            claimed = True
+            self.thread = threading.get_ident()
+            self.start_wall = time.time()
+            self.start_mono = time.perf_counter()
+            self._record("started", start_time=self.start_wall, thread=threading.current_thread().name)
+            self.spec = rt.spec_for(self)
             rt.backend.start(self.spec)
-        except Exception as exc:  # noqa: BLE001 - profiling never breaks training
-            _registry.release(self)
-            self.status = "failed"
-            self._finished("failed", error=exc)
-            rt.failure("start", exc)
-            return False
-        self.status = "live"
-        return True
+            self.status = "live"
+            return True
+        except BaseException as exc:
+            if claimed:
+                self._abandon(exc)
+            if isinstance(exc, Exception):
+                rt.failure("start", exc)
+                return False
+            raise
 
-    def range(self, name: str) -> Any:
-        """Enter and return a named range in this live capture, or ``None`` if it cannot be opened."""
+    def _abandon(self, exc: BaseException) -> None:
+        """Undo a start or stop that did not complete: stop what the backend started, give back the token."""
+        rt = self.runtime
+        try:
+            abort = getattr(rt.backend, "abort", None)
+            if abort is not None:
+                abort()
+        except Exception as err:  # noqa: BLE001 - best effort; the record says how the capture ended
+            logger.warning("profctx: could not stop the profiler session of capture %s: %s", self.id, err)
+        finally:
+            rt.release(self)
+        self.status = "failed" if isinstance(exc, Exception) else "interrupted"
+        self._finished(self.status, error=exc)  # type: ignore[arg-type]
+
+    # -- ranges -------------------------------------------------------------------------------
+
+    def open_range(self, name: str, *, marker: bool = False) -> Range | None:
+        """Open a named range on the calling thread, or return ``None`` if none can be drawn.
+
+        ``marker``: a ``step N`` boundary rather than a role (backends with a ``marker``
+        method draw it there; others draw it as a range).
+        """
         if self.status != "live":
             return None
+        backend = self.runtime.backend
         try:
-            cm = self.runtime.backend.range(name)
+            draw = getattr(backend, "marker", None) if marker else None
+            cm = (draw or backend.range)(name)
             cm.__enter__()
         except Exception as exc:  # noqa: BLE001
             self.runtime.failure("range", exc)
             return None
-        self.ranges += 1
-        return cm
+        entry = Range(cm)
+        self.stacks.setdefault(threading.get_ident(), []).append(entry)
+        if not marker:
+            self.ranges += 1
+        return entry
+
+    def close_range(self, entry: Range) -> None:
+        """Close ``entry``; ranges entered after it on its thread and still open close with it later.
+
+        Concurrent asyncio tasks on one thread leave blocks out of order; the backend's ranges
+        (``record_function``) must still close last-in first-out, so a range left early stays
+        open until the ones above it close.
+        """
+        entry.open = False
+        stack = self.stacks.get(threading.get_ident())
+        while stack and not stack[-1].open:
+            top = stack.pop()
+            if top.cm is not None:
+                cm, top.cm = top.cm, None
+                try:
+                    cm.__exit__(None, None, None)
+                except Exception as exc:  # noqa: BLE001
+                    self.runtime.failure("range", exc, in_flight=True)
+
+    def _close_own_ranges(self) -> None:
+        """Close every range still open on this thread (innermost first) before the backend stops."""
+        stack = self.stacks.get(threading.get_ident(), [])
+        for entry in stack:
+            entry.open = False
+        if stack:
+            self.close_range(stack[-1])
+
+    # -- stop ---------------------------------------------------------------------------------
 
     def end(self, *, in_flight: bool = False) -> None:
-        """Stop the backend (on this thread) and hand the file writing to the writer thread.
+        """Stop the backend on this thread and hand the file writing to the writer thread.
 
-        ``in_flight``: a user exception is propagating, so a profiling error is never raised.
+        Called on another thread than the one that started the capture, the stop is deferred
+        to that thread's next block (:meth:`Runtime.defer_stop`). ``in_flight``: a user
+        exception is propagating, so a profiling error is never raised.
         """
         if self.status != "live":
             return
         rt = self.runtime
-        self.status = "stopping"
-        notes: list[str] = []
         if threading.get_ident() != self.thread:
-            notes.append("stopped on another thread than the one that started it")
-        t0 = time.perf_counter()
-        try:
-            finish = rt.backend.stop()
-        except Exception as exc:  # noqa: BLE001
-            _registry.release(self)
-            self.status = "failed"
-            self._finished("failed", error=exc, blocked=time.perf_counter() - t0, notes=notes)
-            rt.failure("stop", exc, in_flight=in_flight)
+            self.stop_requested = True
+            rt.defer_stop(self)
             return
-        blocked = time.perf_counter() - t0
-        end_wall = time.time()
-        _registry.release(self)
-
-        def write() -> None:
-            w0 = time.perf_counter()
-            try:
-                files = finish()
-            except BaseException as exc:  # noqa: BLE001 - recorded, then reported by flush()
-                self.status = "failed"
-                self._finished("failed", error=exc, blocked=blocked, end_wall=end_wall, notes=notes,
-                               write_s=time.perf_counter() - w0)
-                rt.failure("write", exc, in_flight=True)
+        stopped = False
+        blocked = 0.0
+        try:
+            self.status = "stopping"
+            self._close_own_ranges()
+            t0 = time.perf_counter()
+            finish = rt.backend.stop()
+            stopped = True
+            blocked = time.perf_counter() - t0
+            rt.release(self)
+        except BaseException as exc:
+            if not stopped:
+                self._abandon(exc)
+            else:
+                rt.release(self)
+                self.status = "interrupted"
+                self._finished("interrupted", error=exc, blocked=blocked)
+            if isinstance(exc, Exception):
+                rt.failure("stop", exc, in_flight=in_flight)
                 return
-            self.status = "ok"
-            self._finished("ok", files=files, blocked=blocked, end_wall=end_wall, notes=notes,
-                           write_s=time.perf_counter() - w0)
+            raise
+        end_wall = time.time()
+        rt.submit(lambda: self._write(finish, blocked, end_wall))
 
-        rt.submit(write)
+    def abandon(self, reason: str) -> None:
+        """Record a recording capture as ``interrupted`` without stopping it (its thread is not here)."""
+        if self.status != "live":
+            return
+        self.status = "interrupted"
+        self._finished("interrupted", notes=[reason])
+
+    def _write(self, finish: Any, blocked: float, end_wall: float) -> None:
+        w0 = time.perf_counter()
+        try:
+            files = finish()
+        except BaseException as exc:  # noqa: BLE001 - recorded, then reported by flush()
+            self.status = "failed"
+            self._finished("failed", error=exc, blocked=blocked, end_wall=end_wall,
+                           write_s=time.perf_counter() - w0)
+            self.runtime.failure("write", exc, in_flight=True)
+            return
+        self.status = "ok"
+        self._finished("ok", files=files, blocked=blocked, end_wall=end_wall, write_s=time.perf_counter() - w0)
 
     def _finished(
         self,
-        status: str,
+        status: Status,
         *,
         error: BaseException | None = None,
-        files: Sequence[Path] = (),
+        files: Any = (),
         blocked: float | None = None,
         end_wall: float | None = None,
-        notes: Sequence[str] = (),
+        notes: list[str] | None = None,
         write_s: float | None = None,
     ) -> None:
         rt = self.runtime
         end = time.time() if end_wall is None else end_wall
-        listed = []
-        for path in files:
-            try:
-                size = path.stat().st_size
-            except OSError:
-                size = None
-            try:
-                shown = path.relative_to(rt.save_path).as_posix()
-            except ValueError:
-                shown = str(path)
-            listed.append({"path": shown, "bytes": size})
-        all_notes = list(self.spec.notes if self.spec else ()) + list(notes)
-        rt.record({
-            **self._base_record(),
-            "event": "finished",
-            "status": status,
-            "start_time": self.start_wall or None,
-            "end_time": end,
-            "duration_s": (end - self.start_wall) if self.start_wall else None,
-            "blocked_s": blocked,
-            "write_s": write_s,
-            "files": listed,
-            "bytes": sum(f["bytes"] or 0 for f in listed),
-            "ranges": self.ranges,
-            "error": None if error is None else f"{type(error).__name__}: {error}",
-            "notes": all_notes,
-        })
+        listed = file_entries(files, rt.save_path)
+        all_notes = list(self.spec.notes if self.spec else ()) + list(notes or ())
+        self._record(
+            "finished",
+            status=status,
+            start_time=self.start_wall or None,
+            end_time=end,
+            duration_s=(end - self.start_wall) if self.start_wall else None,
+            blocked_s=blocked,
+            write_s=write_s,
+            files=listed,
+            bytes=sum(f["bytes"] or 0 for f in listed),
+            ranges=self.ranges,
+            error=None if error is None else _describe(error),
+            notes=all_notes,
+        )
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error)
+    if isinstance(error, KeyboardInterrupt):
+        return "KeyboardInterrupt: interrupted (Ctrl-C)"
+    if isinstance(error, SystemExit):
+        return f"SystemExit: the process is exiting ({text or 0})"
+    return f"{type(error).__name__}: {text}"
+

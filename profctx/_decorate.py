@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from collections.abc import AsyncGenerator, Callable, Generator
@@ -9,14 +10,13 @@ from typing import Any, TypeVar, overload
 
 import wrapt
 
-from . import _state
-from ._policy import Session, profile_step
+from ._block import Session, profile_step
+from ._owner import OWNER
 from ._propagate import (
     CARRIER_KEY,
     carried_parent,
     idle,
     install_ray_support,
-    open_worker_gate,
     ray_invocation,
     receive,
 )
@@ -37,9 +37,12 @@ def profiled(fn: Any = None, /, *, role: str | None = None) -> Any:
     """Run the decorated callable inside a role block (``role`` defaults to its qualified name).
 
     Works with and without parentheses on functions, methods, classmethods, staticmethods,
-    coroutine functions, generators and async generators; keeps the signature. When no
-    block of this process is inside an in-window step, the call goes straight to the
-    function (the check is one C-level call); the role is then not set in ``current()``.
+    coroutine functions, generators, async generators and other callables (builtins,
+    ``functools.partial``, ``operator.itemgetter``); keeps the signature. When this call
+    cannot capture, range or start an engine — no block of the process is inside an
+    in-window step, the rank is not selected, or the role is filtered out — it goes
+    straight to the function (the check is one C-level call) and the role is not set in
+    ``current()``. A method looked up then (``obj.method``) is the plain bound method.
 
     On a Ray actor, a call made from a process that profiles carries the caller's scope
     (and config) in the reserved keyword ``__profctx__``, which is removed before the
@@ -55,8 +58,10 @@ def profiled(fn: Any = None, /, *, role: str | None = None) -> Any:
 def _decorate(fn: Any, *, role: str | None) -> Any:
     target = fn.__func__ if isinstance(fn, (classmethod, staticmethod)) else fn
     if not callable(target):
-        raise TypeError(f"profiled: {fn!r} is not callable")
-    name = role or getattr(target, "__qualname__", None) or getattr(target, "__name__", None) or repr(target)
+        raise TypeError(f"profiled: {fn!r} is not callable; decorate a function, method or other callable")
+    if role is not None and (not isinstance(role, str) or not role.strip("/")):
+        raise TypeError(f"profiled: role {role!r} is not valid; give a non-empty string such as 'rollout'")
+    name = role or _name_of(target)
     if inspect.isasyncgenfunction(target):
         wrapper = _async_generator_wrapper(name)
     elif inspect.iscoroutinefunction(target):
@@ -67,12 +72,27 @@ def _decorate(fn: Any, *, role: str | None) -> Any:
         wrapper = _function_wrapper(name)
     if not hasattr(target, "__ray_invocation_decorator__"):
         # Ray applies this on the caller's side of every actor call: it adds the carrier.
-        target.__ray_invocation_decorator__ = ray_invocation  # type: ignore[union-attr]
+        with contextlib.suppress(AttributeError, TypeError):  # builtins and C callables take no attributes
+            target.__ray_invocation_decorator__ = ray_invocation  # type: ignore[union-attr]
     install_ray_support()
-    open_worker_gate()
-    profiled_fn = ProfiledFunction(fn, wrapper, enabled=_state.GATE.__len__)  # type: ignore[arg-type]
+    OWNER.mark_worker()
+    switch = OWNER.switch(name)
+    profiled_fn = ProfiledFunction(fn, wrapper, enabled=switch.__len__)  # type: ignore[arg-type]
     profiled_fn._self_profctx_role = role
+    profiled_fn._self_profctx_switch = switch
+    profiled_fn._self_profctx_get = getattr(type(fn), "__get__", None)
     return profiled_fn
+
+
+def _name_of(target: Any) -> str:
+    """The default role of a callable: its qualified name, or its type's for callables without one."""
+    name = getattr(target, "__qualname__", None) or getattr(target, "__name__", None)
+    if isinstance(name, str) and name:
+        return name
+    inner = getattr(target, "func", None)  # functools.partial
+    if inner is not None and inner is not target:
+        return _name_of(inner)
+    return type(target).__qualname__
 
 
 class ProfiledFunction(wrapt.FunctionWrapper):  # type: ignore[misc,type-arg]
@@ -83,6 +103,14 @@ class ProfiledFunction(wrapt.FunctionWrapper):  # type: ignore[misc,type-arg]
     """
 
     _self_profctx_role: str | None
+    _self_profctx_switch: list[bool]
+    _self_profctx_get: Any
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        # Off: hand out the plain bound method (wrapt would build a bound wrapper per lookup).
+        if instance is not None and not self._self_profctx_switch and self._self_profctx_get is not None:
+            return self._self_profctx_get(self.__wrapped__, instance, owner)
+        return super().__get__(instance, owner)
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         return _rebuild, (self.__wrapped__, self._self_profctx_role)
@@ -189,17 +217,19 @@ def _generator_wrapper(role: str) -> Callable[..., Any]:
 
 
 def _drive(session: Session, gen: Generator[Any, Any, Any]) -> Generator[Any, Any, Any]:
-    """Run ``gen`` with the role ambient during each resume and one capture over its whole life."""
-    opened = False
+    """Run ``gen`` as one block over its whole life (captures, ranges and engines open once),
+    with its role ambient during each resume only."""
+    started = False
     failed = True
     try:
         sent: Any = None
         thrown: BaseException | None = None
         while True:
-            if not opened:
-                session.open()
-                opened = True
-            tokens = session.activate()
+            if started:
+                tokens = session.activate()
+            else:
+                tokens = session.start()
+                started = True
             try:
                 item = gen.send(sent) if thrown is None else gen.throw(thrown)
             except StopIteration as stop:
@@ -217,8 +247,8 @@ def _drive(session: Session, gen: Generator[Any, Any, Any]) -> Generator[Any, An
             except BaseException as exc:  # noqa: BLE001 - forwarded into the generator
                 thrown = exc
     finally:
-        if opened:
-            session.close(in_flight=failed)
+        if started:
+            session.finish(None, in_flight=failed)
 
 
 def _async_generator_wrapper(role: str) -> Callable[..., Any]:
@@ -232,17 +262,18 @@ def _async_generator_wrapper(role: str) -> Callable[..., Any]:
 
 
 async def _adrive(session: Session, agen: AsyncGenerator[Any, Any]) -> AsyncGenerator[Any, Any]:
-    """The async twin of :func:`_drive`."""
-    opened = False
+    """The async twin of :func:`_drive` (engines start and stop concurrently)."""
+    started = False
     failed = True
     try:
         sent: Any = None
         thrown: BaseException | None = None
         while True:
-            if not opened:
-                session.open()
-                opened = True
-            tokens = session.activate()
+            if started:
+                tokens = session.activate()
+            else:
+                tokens = await session.astart()
+                started = True
             try:
                 item = await (agen.asend(sent) if thrown is None else agen.athrow(thrown))
             except StopAsyncIteration:
@@ -260,5 +291,5 @@ async def _adrive(session: Session, agen: AsyncGenerator[Any, Any]) -> AsyncGene
             except BaseException as exc:  # noqa: BLE001 - forwarded into the generator
                 thrown = exc
     finally:
-        if opened:
-            session.close(in_flight=failed)
+        if started:
+            await session.afinish(None, in_flight=failed)

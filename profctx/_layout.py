@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -37,10 +38,30 @@ def worker_name(identity: Identity) -> str:
     return f"{identity.tag}_{safe(identity.host)}_{identity.pid}"
 
 
-def trace_stem(identity: Identity, wall_ns: int | None = None) -> str:
-    """Return ``{worker}.{ms}``: the TensorBoard profiler plugin's ``worker.span`` stem."""
-    ns = time.time_ns() if wall_ns is None else wall_ns
-    return f"{worker_name(identity)}.{ns // 1_000_000}"
+def trace_stem(identity: Identity, span_ms: int) -> str:
+    """Return ``{worker}.{span}``: the TensorBoard profiler plugin's ``worker.span`` stem.
+
+    ``span_ms`` is the capture's start in milliseconds; callers keep it unique in the
+    process (see :meth:`Spans.next`), so two captures never share a name.
+    """
+    return f"{worker_name(identity)}.{span_ms}"
+
+
+class Spans:
+    """Hands out span numbers: the wall clock in milliseconds, but never the same one twice."""
+
+    __slots__ = ("_last", "_lock")
+
+    def __init__(self) -> None:
+        self._last = 0
+        self._lock = threading.Lock()
+
+    def next(self) -> int:
+        """Return the current time in ms, or one more than the last span if that is not later."""
+        now = time.time_ns() // 1_000_000
+        with self._lock:
+            self._last = max(now, self._last + 1)
+            return self._last
 
 
 def temporary(final: Path) -> Path:

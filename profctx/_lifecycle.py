@@ -1,4 +1,10 @@
-"""Process exit: stop and write an open capture at interpreter exit and on SIGTERM."""
+"""Process exit: open captures are stopped and written at interpreter exit and on SIGTERM.
+
+The SIGTERM handler takes no lock and does no I/O: it turns the signal into ``SystemExit``
+in the main thread (or calls the handler that was there before), so the program unwinds —
+``with`` blocks end their captures on their own threads — and the exit hook then writes
+everything and ends the process by SIGTERM, as the default action would have.
+"""
 
 from __future__ import annotations
 
@@ -7,52 +13,64 @@ import os
 import signal
 import threading
 from types import FrameType
-from typing import Any
+from typing import Any, Final
 
-from . import _state
 from ._log import logger
+from ._owner import OWNER
 
-_installed = False
-_previous: Any = None
+#: Seconds the exit hook waits for trace files still being written.
+EXIT_TIMEOUT: Final = 60.0
+
+
+class _Exit:
+    """The exit hooks' own state: whether they are installed, the previous handler, a pending SIGTERM."""
+
+    __slots__ = ("finishing", "installed", "previous", "terminated")
+
+    def __init__(self) -> None:
+        self.installed = False
+        self.previous: Any = None
+        self.terminated = False
+        self.finishing = False
+
+
+_EXIT: Final = _Exit()
 
 
 def install() -> None:
     """Register the exit hooks once per process (SIGTERM only from the main thread)."""
-    global _installed, _previous
-    if _installed:
+    if _EXIT.installed:
         return
-    _installed = True
+    _EXIT.installed = True
     atexit.register(_at_exit)
     if threading.current_thread() is threading.main_thread():
         try:
-            _previous = signal.getsignal(signal.SIGTERM)
+            _EXIT.previous = signal.getsignal(signal.SIGTERM)
             signal.signal(signal.SIGTERM, _on_sigterm)
         except (ValueError, OSError):  # not allowed here (embedded interpreter)
-            _previous = None
+            _EXIT.previous = None
 
 
 def uninstall() -> None:
     """Remove the exit hooks, restoring any SIGTERM handler that was there before."""
-    global _installed, _previous
-    if not _installed:
+    if not _EXIT.installed:
         return
-    _installed = False
+    _EXIT.installed = False
     atexit.unregister(_at_exit)
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is _on_sigterm:
-        signal.signal(signal.SIGTERM, _previous if _previous is not None else signal.SIG_DFL)
-    _previous = None
+        previous = _EXIT.previous
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+    _EXIT.previous = None
 
 
-def finalize(timeout: float | None = 60.0) -> None:
-    """Stop open engine sessions and this process's open capture; wait for files (``timeout`` seconds)."""
-    for hook in list(_state.ROLE_HOOKS):
-        shutdown = getattr(hook, "shutdown", None)
-        if shutdown is not None:
-            try:
-                shutdown()
-            except Exception as exc:  # noqa: BLE001 - exit paths must not raise
-                logger.warning("profctx: could not stop %r at exit: %s", hook, exc)
-    runtime = _state.RUNTIME
+def finalize(timeout: float | None = EXIT_TIMEOUT) -> None:
+    """Stop open engine sessions and this process's open captures; wait for files (``timeout`` seconds)."""
+    for hook in list(OWNER.hooks):
+        try:
+            hook.shutdown()
+        except Exception as exc:  # noqa: BLE001 - exit paths must not raise
+            logger.warning("profctx: could not stop %r at exit: %s", hook, exc)
+    runtime = OWNER.runtime
     if runtime is not None:
         try:
             runtime.shutdown(timeout)
@@ -61,16 +79,21 @@ def finalize(timeout: float | None = 60.0) -> None:
 
 
 def _at_exit() -> None:
+    _EXIT.finishing = True
     finalize()
+    if _EXIT.terminated:
+        # The process was asked to terminate: end it by SIGTERM, as the default action would.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    finalize()
-    previous = _previous
+    # No lock, no I/O here: the main thread may hold any lock when the signal lands.
+    previous = _EXIT.previous
     if callable(previous):
         previous(signum, frame)
-    elif previous == signal.SIG_IGN:
         return
-    else:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
+    if previous == signal.SIG_IGN or _EXIT.finishing or _EXIT.terminated:
+        return  # ignored, or already on the way out: let the exit hook finish its work
+    _EXIT.terminated = True
+    raise SystemExit(128 + signum)

@@ -1,31 +1,141 @@
 """The manifest: one JSON-lines shard per process under ``{save_path}/.profctx/``.
 
 Each capture writes a ``started`` record, then a ``finished`` record whose ``status`` is
-``ok``, ``failed`` or ``skipped`` (a skipped capture writes only the ``finished`` record).
-Records of one capture share its ``capture`` id; readers merge them, later keys winning.
-See ``docs/manifest.md`` for every key.
+``ok``, ``failed``, ``skipped`` or ``interrupted`` (a skipped capture writes only the
+``finished`` record). Records of one capture share its ``capture`` id; readers merge them,
+later keys winning. Records are built here and nowhere else (:func:`capture_record`).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import threading
+import time
+from collections import deque
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal, TypedDict
 
 from . import manifest
 from ._identity import Identity
 from ._layout import MANIFEST_DIR, safe
-from ._log import warn_once
+from ._log import logger, warn_once
 
 #: Version of the record format; readers accept records of this version or lower.
 VERSION: Final = 1
 
+#: How a capture ended. ``interrupted``: a signal, Ctrl-C or process exit cut it short
+#: (its trace may be missing); ``open`` (readers only): started, never finished.
+Status = Literal["ok", "failed", "skipped", "interrupted"]
+Event = Literal["started", "finished"]
+Kind = Literal["step", "role", "engine"]
+#: Seconds between retries after the disk filled up (records wait in memory meanwhile).
+FULL_DISK_BACKOFF: Final = 1.0
+#: Records kept in memory while the shard cannot be written; older ones are dropped (and counted).
+PENDING_LIMIT: Final = 10_000
+
+
+class FileEntry(TypedDict):
+    """One file a capture produced, relative to ``save_path`` where it lies inside it."""
+
+    path: str
+    bytes: int | None
+
+
+class Record(TypedDict, total=False):
+    """A manifest record, as written (the envelope keys first)."""
+
+    v: int
+    run: str
+    rank: int
+    world_size: int
+    host: str
+    pid: int
+    capture: str
+    seq: int
+    event: Event
+    kind: Kind
+    steps: list[int]
+    step: int
+    last_step: int
+    role: str | None
+    backend: str
+    folder: str
+    status: Status
+    time: float
+    thread: str
+    start_time: float | None
+    end_time: float | None
+    duration_s: float | None
+    blocked_s: float | None
+    write_s: float | None
+    files: list[FileEntry]
+    bytes: int
+    ranges: int
+    error: str | None
+    reason: str
+    notes: list[str]
+    owner: dict[str, str]
+    engine: str
+    version: str | None
+    replica: int
+
+
+def capture_record(
+    event: Event,
+    *,
+    capture: str,
+    kind: Kind,
+    steps: tuple[int, ...] | list[int],
+    roles: tuple[str, ...] | str | None,
+    backend: str,
+    folder: str,
+    **fields: Any,
+) -> Record:
+    """Return a capture's record: its identity keys, then ``fields`` (see :class:`Record`)."""
+    role = "/".join(roles) if isinstance(roles, tuple) else roles
+    record: dict[str, Any] = {
+        "capture": capture,
+        "event": event,
+        "kind": kind,
+        "steps": list(steps),
+        "step": steps[0],
+        "last_step": steps[-1],
+        "role": role or None,
+        "backend": backend,
+        "folder": folder,
+    }
+    record.update(fields)
+    return record  # type: ignore[return-value]
+
+
+def file_entries(paths: Any, save_path: Path) -> list[FileEntry]:
+    """Return the entries of ``paths`` (sizes read now; ``None`` when a file is gone)."""
+    entries: list[FileEntry] = []
+    for path in paths:
+        path = Path(path)
+        try:
+            size: int | None = path.stat().st_size
+        except OSError:
+            size = None
+        try:
+            shown = path.relative_to(save_path).as_posix()
+        except ValueError:
+            shown = str(path)
+        entries.append({"path": shown, "bytes": size})
+    return entries
+
 
 class ManifestWriter:
-    """Append records to this process's shard. Thread-safe; never raises on I/O errors."""
+    """Append records to this process's shard. Thread-safe; never raises on I/O errors.
+
+    A record is one ``write`` of one whole line; a short write (disk full) is cut back, so no
+    line is ever left half-written. While the disk is full, records wait in memory and are
+    written, in order, once space returns (retried at most every :data:`FULL_DISK_BACKOFF`
+    seconds). If the shard or its folder is deleted, the next write recreates them (warned once).
+    """
 
     def __init__(self, save_path: Path, run_id: str, identity: Identity) -> None:
         self.save_path = save_path
@@ -35,41 +145,96 @@ class ManifestWriter:
         self.path = save_path / MANIFEST_DIR / name
         self._lock = threading.Lock()
         self._fd: int | None = None
+        self._pending: deque[bytes] = deque()
+        self._retry_at = 0.0
+        self.dropped = 0
         self.failed: str | None = None
 
-    def envelope(self, record: Mapping[str, Any]) -> dict[str, Any]:
+    def envelope(self, record: Mapping[str, Any]) -> Record:
         """Return ``record`` with the version, run, rank, world size, host and pid added in front."""
-        return {
+        full: dict[str, Any] = {
             "v": VERSION,
             "run": self.run_id,
             "rank": self.identity.rank,
             "world_size": self.identity.world_size,
             "host": self.identity.host,
             "pid": self.identity.pid,
-            **record,
         }
+        full.update(record)
+        return full  # type: ignore[return-value]
 
     def write(self, record: Mapping[str, Any]) -> bool:
-        """Append ``record`` as one JSON line (:meth:`envelope` it first); return success."""
+        """Append ``record`` as one JSON line (:meth:`envelope` it first); return whether it is on disk."""
         line = (json.dumps(record, default=str, separators=(",", ":")) + "\n").encode()
         with self._lock:
-            try:
-                if self._fd is None:
-                    self.path.parent.mkdir(parents=True, exist_ok=True)
-                    self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-                os.write(self._fd, line)
-                return True
-            except OSError as exc:
-                self.failed = f"{type(exc).__name__}: {exc}"
-                warn_once(f"manifest:{self.path}", "profctx: cannot write the manifest %s: %s", self.path, exc)
-                return False
+            self._pending.append(line)
+            if len(self._pending) > PENDING_LIMIT:
+                self._pending.popleft()
+                self.dropped += 1
+            return self._drain()
 
-    def close(self) -> None:
-        """Close the shard file (a later write reopens it)."""
+    def _drain(self) -> bool:
+        if self._retry_at and time.monotonic() < self._retry_at:
+            return False
+        while self._pending:
+            line = self._pending[0]
+            try:
+                fd = self._open()
+                start = os.lseek(fd, 0, os.SEEK_END)
+                written = os.write(fd, line)
+                if written != len(line):  # a short write: the disk filled up mid-line
+                    os.ftruncate(fd, start)
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
+            except OSError as exc:
+                self._failed(exc)
+                return False
+            self._pending.popleft()
+        if self._retry_at:
+            self._retry_at = 0.0
+            logger.warning("profctx: the manifest %s is writable again; pending records written", self.path)
+        return True
+
+    def _open(self) -> int:
+        fd = self._fd
+        if fd is not None:
+            try:
+                if os.fstat(fd).st_nlink > 0:
+                    return fd
+            except OSError:
+                pass
+            os.close(fd)
+            self._fd = None
+            warn_once(f"manifest-gone:{self.path}", "profctx: the manifest %s was deleted; writing a new one",
+                      self.path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        return self._fd
+
+    def _failed(self, exc: OSError) -> None:
+        self.failed = f"{type(exc).__name__}: {exc}"
+        self._retry_at = time.monotonic() + FULL_DISK_BACKOFF
+        reason = "the disk is full" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "it cannot be written"
+        warn_once(f"manifest:{self.path}:{exc.errno}",
+                  "profctx: cannot write the manifest %s (%s: %s); records wait in memory and are retried",
+                  self.path, reason, exc)
+
+    def close(self, timeout: float = 0.0) -> bool:
+        """Write what is pending (retrying up to ``timeout`` seconds), close the shard; return success."""
+        deadline = time.monotonic() + timeout
         with self._lock:
+            while True:
+                self._retry_at = 0.0 if time.monotonic() >= self._retry_at else self._retry_at
+                if self._drain() or time.monotonic() >= deadline:
+                    break
+                time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+            ok = not self._pending
+            if self._pending:
+                logger.error("profctx: %d manifest record(s) could not be written to %s: %s",
+                             len(self._pending), self.path, self.failed)
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+            return ok
 
 
 def iter_records(save_path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:

@@ -22,11 +22,12 @@ from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import Any, Final, Literal, TypeVar, final
 
-from . import _state
+from . import _api
+from ._block import profile_step
 from ._config import ProfilerConfig
 from ._errors import ConfigError
 from ._log import logger, warn_once
-from ._policy import profile_step
+from ._owner import OWNER
 from ._scope import SCOPE, Scope
 
 R = TypeVar("R")
@@ -46,21 +47,6 @@ Carrier = Literal["dict", "env", "headers"]
 TARGET: ContextVar[tuple[int | None, int | None]] = ContextVar("profctx.target", default=(None, None))
 
 
-@final
-class _WorkerGate:
-    """The token held in ``_state.GATE`` while this process is a Ray worker (see :func:`open_worker_gate`)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "<profctx Ray worker gate>"
-
-
-#: A carrier can arrive in a Ray worker at any time, so its ``@profiled`` wrappers must always
-#: run to remove the reserved keyword: this token keeps ``GATE`` non-empty there.
-WORKER_GATE: Final = _WorkerGate()
-
-
 # -- snapshots --------------------------------------------------------------------------------
 
 
@@ -71,7 +57,7 @@ def snapshot(*, rank: int | None = None, world_size: int | None = None, config: 
     (e.g. its position in an actor group); ``None`` lets the receiver detect its own. The
     carried config names this run's id, so every process of a run files under one id.
     """
-    cfg = _state.CONFIG if config else None
+    cfg = OWNER.config if config else None
     return {
         "v": VERSION,
         "scope": SCOPE.get().to_dict(),
@@ -87,7 +73,7 @@ _config_cache: list[tuple[ProfilerConfig, str | None, dict[str, Any]]] = []
 def _config_dict(config: ProfilerConfig) -> dict[str, Any]:
     # Cached for the current config object (frozen, sent with every carried call). The
     # receiver's rank and world size are its own, never the sender's.
-    runtime = _state.RUNTIME
+    runtime = OWNER.runtime
     run_id = runtime.run_id if runtime is not None and runtime.config is config else config.run_id
     if _config_cache and _config_cache[0][0] is config and _config_cache[0][1] == run_id:
         return _config_cache[0][2]
@@ -112,7 +98,7 @@ def _compact_steps(steps: list[int] | None) -> list[int] | str | None:
 
 def outgoing() -> dict[str, Any] | None:
     """Return the snapshot an outgoing actor call carries, or ``None`` when nothing can be captured."""
-    if _state.RUNTIME is None:
+    if OWNER.runtime is None:
         return None
     rank, world_size = TARGET.get()
     return snapshot(rank=rank, world_size=world_size)
@@ -172,8 +158,8 @@ def _configure_from(snap: Mapping[str, Any]) -> None:
     if carried is None:
         return
     rank, world_size = snap.get("rank"), snap.get("world_size")
-    previous = _state.CARRIED
-    current = _state.CONFIG
+    previous = OWNER.carried
+    current = OWNER.config
     if current is not None and (previous is None or current is not previous[3]):
         return  # configured by this process itself: its own config wins
     if previous is not None and current is previous[3]:
@@ -186,13 +172,11 @@ def _configure_from(snap: Mapping[str, Any]) -> None:
             rank, world_size = had_rank, had_world
         if previous[0] == carried and (rank, world_size) == (had_rank, had_world):
             return  # same carried config as last time: nothing to do
-    from . import _api
-
     data = dict(carried)
     data["rank"] = rank
     data["world_size"] = world_size
     config = _api.configure(ProfilerConfig.from_mapping(data))
-    _state.CARRIED = (carried, rank, world_size, config) if config is not None else None
+    OWNER.carried = (carried, rank, world_size, config) if config is not None else None
 
 
 # -- carriers ---------------------------------------------------------------------------------
@@ -378,28 +362,9 @@ class ScopedThreadPoolExecutor(ThreadPoolExecutor):
 # -- Ray worker side ----------------------------------------------------------------------------
 
 
-def in_ray_worker() -> bool:
-    """Return whether this process is a Ray worker (an actor or task process)."""
-    ray = sys.modules.get("ray")
-    if ray is None:
-        return False
-    try:
-        worker = ray._private.worker.global_worker
-        return bool(worker.mode == ray.WORKER_MODE)
-    except Exception:  # noqa: BLE001 - a Ray we do not know: assume not a worker
-        return False
-
-
-def open_worker_gate() -> None:
-    """Keep ``@profiled`` wrappers active in this process if it is a Ray worker (idempotent)."""
-    if WORKER_GATE not in _state.GATE and in_ray_worker():
-        _state.GATE.append(WORKER_GATE)
-
-
 def idle() -> bool:
-    """Return whether no block of this process is inside an in-window step (ignoring the worker gate)."""
-    gate = _state.GATE
-    return len(gate) == gate.count(WORKER_GATE)
+    """Return whether no block of this process is inside an in-window step."""
+    return not OWNER.gate
 
 
 def ray_invocation(invocation: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:

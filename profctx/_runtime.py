@@ -1,41 +1,36 @@
-"""The runtime of one configuration: decides captures for each block and owns their lifecycle."""
+"""The runtime of one active configuration: executes the plan's actions for every block.
+
+It holds what a configuration needs in a process — identity, backend, the native-capture
+token, the contiguous run, the manifest writer, the writer thread, listeners — and is
+itself held by the owner (``_owner.OWNER.runtime``). Decisions come from ``_plan``.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import fnmatch
+import itertools
 import os
 import secrets
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
-from . import _registry, _state
-from ._capture import Capture
+from ._capture import Capture, Range
 from ._config import ProfilerConfig
 from ._errors import ProfilingError
 from ._identity import Identity, resolve
+from ._layout import Spans, trace_stem
 from ._log import logger, warn_once
-from ._manifest import ManifestWriter
+from ._manifest import ManifestWriter, Record
+from ._plan import Actions, Enter, Policy, decide
 from ._scope import Scope
 from ._window import StepWindow
-from .backends import backend_class, choose_tool
+from .backends import CaptureSpec, backend_class, choose_tool
 
-
-class Frame:
-    """What one block did on entry, so its exit can undo exactly that."""
-
-    __slots__ = ("closes_run", "hooks", "live", "owned", "range")
-
-    def __init__(self) -> None:
-        self.live: Capture | None = None
-        self.owned: Capture | None = None
-        self.closes_run = False
-        self.range: Any = None
-        self.hooks: list[tuple[Any, object]] = []
+if TYPE_CHECKING:
+    from ._owner import Owner
 
 
 def new_run_id() -> str:
@@ -43,31 +38,121 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
+class Opened:
+    """What one block opened on entry, so its exit undoes exactly that."""
+
+    __slots__ = ("actions", "closes_run", "hooks", "owned", "ranges", "target")
+
+    def __init__(self, actions: Actions) -> None:
+        self.actions = actions
+        #: The capture this block opened and closes (not a contiguous one).
+        self.owned: Capture | None = None
+        #: The capture blocks nested in this one record into (own, joined, or inherited).
+        self.target: Capture | None = None
+        self.ranges: list[Range] = []
+        self.closes_run = False
+        self.hooks: list[tuple[Any, object]] = []
+
+
+class Writer:
+    """Runs the file-writing jobs, in order, on one thread that lives only while there is work.
+
+    The thread is not a daemon: at interpreter exit Python waits for the jobs already queued
+    (traces being written) and then exits; an idle writer holds nothing up.
+    """
+
+    #: Seconds an idle writer thread waits for more work before it ends.
+    IDLE_S: Final = 0.2
+
+    def __init__(self) -> None:
+        self._jobs: deque[Callable[[], None]] = deque()
+        self._cond = threading.Condition()
+        self._pending = 0
+        self._thread: threading.Thread | None = None
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Queue ``job``; start the thread if none is running."""
+        with self._cond:
+            self._pending += 1
+            self._jobs.append(job)
+            if self._thread is None:
+                try:
+                    thread = threading.Thread(target=self._run, name="profctx-writer")
+                    thread.start()
+                except RuntimeError:  # the interpreter is shutting down: write here
+                    self._jobs.pop()
+                    self._pending -= 1
+                    run_quietly(job)
+                    return
+                self._thread = thread
+            else:
+                self._cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._jobs:
+                    self._cond.wait(self.IDLE_S)
+                if not self._jobs:
+                    self._thread = None
+                    return
+                job = self._jobs.popleft()
+            try:
+                run_quietly(job)
+            finally:
+                with self._cond:
+                    self._pending -= 1
+                    self._cond.notify_all()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every queued job has run; return whether they all did within ``timeout``."""
+        with self._cond:
+            if self._thread is threading.current_thread():
+                return self._pending <= 1
+            return self._cond.wait_for(lambda: self._pending == 0, timeout)
+
+
+def run_quietly(job: Callable[[], None]) -> None:
+    """Run a writer job; a job records its own failures, so anything escaping is only logged."""
+    try:
+        job()
+    except BaseException as exc:  # noqa: BLE001
+        logger.debug("profctx writer job failed: %s", exc)
+
+
 class Runtime:
     """Everything derived from one active configuration in this process."""
 
-    def __init__(self, config: ProfilerConfig) -> None:
+    def __init__(self, owner: Owner, config: ProfilerConfig) -> None:
+        self.owner = owner
         self.config = config
-        self.window: StepWindow = config.steps or StepWindow()
+        self.window = config.steps or StepWindow()
         self.tool, self.tool_note = choose_tool(config.tool)
         if self.tool_note is not None:
             logger.info("profctx: %s", self.tool_note)
         self.backend: Any = backend_class(self.tool)()
         self.save_path = Path(config.save_path).expanduser().absolute()
         self.run_id = config.run_id or os.environ.get("PROFCTX_RUN_ID") or new_run_id()
-        self.contiguous: Capture | None = None
+        #: The open contiguous capture (``contiguous=True``), if any.
+        self.run: Capture | None = None
         self.errors: list[str] = []
+        self.listeners: list[Callable[[Any], None]] = []
+        self.writer = Writer()
         self._identity: Identity | None = None
         self._manifest: ManifestWriter | None = None
         self._lock = threading.RLock()
-        self._writer: ThreadPoolExecutor | None = None
-        self._pending: set[Future[None]] = set()
-        self.listeners: list[Callable[[dict[str, Any]], None]] = []
+        self._holder: Capture | None = None
+        self._deferred: list[Capture] = []
+        self._seq = itertools.count(1)
+        self._spans = Spans()
+        self._policies: dict[bool, Policy] = {}
+        self._ready = threading.Event()
+        self._ready.set()
 
-    # -- identity and selection ---------------------------------------------------------------
+    # -- identity, selection, policy --------------------------------------------------------------
 
     def identity(self) -> Identity:
-        """Return this process's identity (cached once it comes from config, env or torch.distributed)."""
+        """Return this process's identity (kept once it comes from config, env or torch.distributed)."""
         if self._identity is not None:
             return self._identity
         identity = resolve(self.config.rank, self.config.world_size)
@@ -80,101 +165,207 @@ class Runtime:
         ranks = self.config.ranks
         return ranks == "all" or self.identity().rank in ranks
 
-    def role_selected(self, roles: tuple[str, ...]) -> bool:
-        """Whether the role filter matches the innermost role name or the whole path."""
-        patterns = self.config.roles
-        if not patterns:
-            return True
-        name, path = roles[-1], "/".join(roles)
-        return any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(path, p) for p in patterns)
+    def policy(self) -> Policy:
+        """Return the plan's view of the config for this process."""
+        selected = self.rank_selected()
+        policy = self._policies.get(selected)
+        if policy is None:
+            policy = self._policies[selected] = Policy.of(self.config, selected)
+        return policy
+
+    def wants_role(self, role: str, *, engines: bool) -> bool:
+        """Whether ``@profiled(role=role)`` calls must run their wrapper in an in-window step now."""
+        holder = self._holder
+        return self.policy().wants_role(role, capturing=holder is not None, engines=engines)
+
+    # -- warm-up ------------------------------------------------------------------------------
+
+    def prepare_in_background(self) -> None:
+        """Run the backend's one-time set-up on a thread; the first capture waits for what is left."""
+        self._ready.clear()
+
+        def prepare() -> None:
+            try:
+                self.backend.prepare()
+            except Exception as exc:  # noqa: BLE001 - a failed warm-up only costs time later
+                logger.warning("profctx: backend %s could not prepare: %s", self.tool, exc)
+            finally:
+                self._ready.set()
+
+        threading.Thread(target=prepare, name="profctx-prepare", daemon=True).start()
 
     # -- blocks -------------------------------------------------------------------------------
 
-    def enter(self, scope: Scope, sets_step: bool, sets_role: bool) -> Frame | None:
-        """Decide what a block entering ``scope`` opens; return the frame, or ``None`` for nothing."""
+    def open(self, scope: Scope, sets_step: bool, sets_role: bool, context: Capture | None) -> Opened | None:
+        """Execute what the plan says a block entering ``scope`` opens; ``None`` when it opens nothing.
+
+        ``context``: the capture enclosing blocks of this task record into (or were refused).
+        """
+        if self._deferred:
+            self.stop_deferred()
         step = scope.step
         if step is None or step not in self.window:
-            if sets_step and self.contiguous is not None:
-                self._close_contiguous()
+            if sets_step and self.run is not None:
+                self.close_run()
             return None
-        frame = Frame()
-        frame.live = _state.LIVE.get()
-        _state.GATE.append(frame)
+        effective = context.holder if context is not None and context.status == "skipped" else context
+        state = None if context is None else ("live" if effective is not None and effective.recording else "dead")
+        run = self.run
+        actions = decide(self.policy(), Enter(step, scope.roles, sets_step, sets_role, state,  # type: ignore[arg-type]
+                                              run.steps if run is not None else None))
+        opened = Opened(actions)
+        opened.target = context
+        self.owner.open_gate(opened)
         try:
-            self._open(frame, scope, sets_step, sets_role)
-        except ProfilingError:
-            self.exit(frame)
+            self._execute(opened, actions)
+        except BaseException:
+            self.close(opened, in_flight=True)
             raise
-        return frame
+        return opened
 
-    def _open(self, frame: Frame, scope: Scope, sets_step: bool, sets_role: bool) -> None:
-        cfg = self.config
-        step = scope.step
-        assert step is not None
-        selected = self.rank_selected()
-        if sets_step and cfg.mode == "step" and selected:
-            if cfg.contiguous:
-                run = self.window.run_of(step) or (step,)
+    def _execute(self, opened: Opened, actions: Actions) -> None:
+        if actions.close_run:
+            self.close_run()
+        if actions.join_run:
+            opened.target = self.run
+        if actions.open is not None:
+            self._ready.wait()
+            capture = Capture(self, actions.open, next(self._seq))
+            if actions.keep_run:
                 with self._lock:
-                    capture = self.contiguous
-                    if capture is not None and step not in capture.steps:
-                        self._close_contiguous()
-                        capture = None
-                    if capture is None:
-                        capture = Capture(self, "step", run, ())
-                        capture.begin()
-                        self.contiguous = capture if capture.live else None
-                frame.live = capture
-                frame.closes_run = step == run[-1]
+                    self.run = capture
             else:
-                capture = Capture(self, "step", (step,), ())
-                capture.begin()
-                frame.live = capture
-                frame.owned = capture
-        if not sets_role:
-            return
-        roles = scope.roles
-        target = _target(frame.live)
-        if target is not None and target.live:
-            if cfg.mode == "role" or self.role_selected(roles):
-                frame.range = target.range(roles[-1])
-        elif cfg.mode == "role" and selected and self.role_selected(roles) and frame.live is None:
-            capture = Capture(self, "role", (step,), roles)
+                opened.owned = capture
             capture.begin()
-            frame.live = capture
-            frame.owned = capture
-            owner = capture.owner
-            if owner is not None and owner.live:
-                frame.range = owner.range(roles[-1])
-
-    def exit(self, frame: Frame, *, in_flight: bool = False) -> None:
-        """Undo what :meth:`enter` opened for ``frame``."""
-        try:
-            if frame.range is not None:
-                try:
-                    frame.range.__exit__(None, None, None)
-                except Exception as exc:  # noqa: BLE001
-                    self.failure("range", exc, in_flight=True)
-                frame.range = None
-            if frame.owned is not None:
-                frame.owned.end(in_flight=in_flight)
-            elif frame.closes_run:
+            if actions.keep_run and not capture.recording:
                 with self._lock:
-                    if self.contiguous is not None and self.contiguous is frame.live:
-                        self._close_contiguous(in_flight=in_flight)
-        finally:
-            with contextlib.suppress(ValueError):
-                _state.GATE.remove(frame)
+                    if self.run is capture:
+                        self.run = None
+            opened.target = capture
+        opened.closes_run = actions.close_run_at_exit
+        target = opened.target
+        if target is not None and target.status == "skipped":
+            target = target.holder
+        if target is not None and target.recording:
+            if actions.marker is not None:
+                # A refused role capture's role becomes a range of the capture that holds the profiler.
+                refused = opened.target is not None and opened.target is not target
+                entry = target.open_range(actions.marker, marker=not (refused and actions.open is not None
+                                                                       and actions.open.kind == "role"))
+                if entry is not None:
+                    opened.ranges.append(entry)
+            for name in actions.ranges:
+                entry = target.open_range(name)
+                if entry is not None:
+                    opened.ranges.append(entry)
 
-    def _close_contiguous(self, *, in_flight: bool = False) -> None:
+    def close(self, opened: Opened, *, in_flight: bool = False) -> None:
+        """Undo what :meth:`open` did for ``opened``."""
+        try:
+            target = opened.target
+            if target is not None and target.status == "skipped":
+                target = target.holder
+            for entry in reversed(opened.ranges):
+                if target is not None:
+                    target.close_range(entry)
+            opened.ranges = []
+            if opened.owned is not None:
+                opened.owned.end(in_flight=in_flight)
+            elif opened.closes_run:
+                with self._lock:
+                    ours = self.run is not None and self.run is opened.target
+                if ours:
+                    self.close_run(in_flight=in_flight)
+        finally:
+            self.owner.close_gate(opened)
+
+    def close_run(self, *, in_flight: bool = False) -> None:
+        """End the open contiguous capture, if any."""
         with self._lock:
-            capture, self.contiguous = self.contiguous, None
+            capture, self.run = self.run, None
         if capture is not None:
             capture.end(in_flight=in_flight)
 
-    # -- records, failures, writing -------------------------------------------------------------
+    # -- the native-capture token ------------------------------------------------------------------
 
-    def record(self, record: dict[str, Any]) -> None:
+    def claim(self, capture: Capture) -> Capture | None:
+        """Make ``capture`` the holder (status ``starting``) and return ``None``; else return the holder.
+
+        A holder whose start or stop was cut short by an interrupt before it could give the
+        profiler back (its status says it is no longer starting, live or stopping) is stale
+        and replaced.
+        """
+        with self._lock:
+            holder = self._holder
+            if holder is not None and holder.status in ("starting", "live", "stopping"):
+                return holder
+            self._holder = capture
+            capture.status = "starting"
+        self.owner.refresh()
+        return None
+
+    def release(self, capture: Capture) -> None:
+        """Give the profiler back if ``capture`` holds it."""
+        with self._lock:
+            if self._holder is not capture:
+                return
+            self._holder = None
+        self.owner.refresh()
+
+    def holder(self) -> Capture | None:
+        """Return the capture holding the process's profiler, if any."""
+        return self._holder
+
+    def defer_stop(self, capture: Capture) -> None:
+        """Stop ``capture`` at the next block its own thread enters or leaves (see :meth:`Capture.end`)."""
+        with self._lock:
+            if capture not in self._deferred:
+                self._deferred.append(capture)
+
+    def stop_deferred(self) -> None:
+        """Stop the deferred captures started by the calling thread."""
+        me = threading.get_ident()
+        with self._lock:
+            mine = [c for c in self._deferred if c.thread == me]
+            self._deferred = [c for c in self._deferred if c.thread != me]
+        for capture in mine:
+            capture.end(in_flight=True)
+
+    # -- capture set-up, records, failures, writing ---------------------------------------------
+
+    def spec_for(self, capture: Capture) -> CaptureSpec:
+        """Return the backend's description of ``capture`` (creating its folder)."""
+        identity = self.identity()
+        folder = self.save_path / capture.folder
+        folder.mkdir(parents=True, exist_ok=True)
+        metadata = {
+            "capture": capture.id,
+            "run": self.run_id,
+            "steps": list(capture.steps),
+            "step": capture.steps[0],
+            "role": "/".join(capture.roles) or None,
+            "rank": identity.rank,
+            "world_size": identity.world_size,
+            "host": identity.host,
+            "pid": identity.pid,
+            "start_time": capture.start_wall,
+        }
+        return CaptureSpec(
+            capture_id=capture.id,
+            steps=capture.steps,
+            roles=capture.roles,
+            folder=folder,
+            stem=trace_stem(identity, self._spans.next()),
+            identity=identity,
+            run_id=self.run_id,
+            contents=self.config.contents,
+            options=self.config.tool_options,
+            compress=self.config.compress,
+            metadata=metadata,
+            notes=[self.tool_note] if self.tool_note else [],
+        )
+
+    def record(self, record: Record | dict[str, Any]) -> None:
         """Append ``record`` to this process's manifest shard and tell listeners."""
         identity = self.identity()
         with self._lock:
@@ -184,69 +375,48 @@ class Runtime:
         full = manifest.envelope(record)
         manifest.write(full)
         for listener in list(self.listeners):
-            listener(dict(full))
+            try:
+                listener(full)
+            except Exception as exc:  # noqa: BLE001 - a listener never breaks a capture
+                warn_once(f"listener:{listener!r}", "profctx: a manifest listener failed: %s", exc)
 
     def failure(self, what: str, exc: BaseException, *, in_flight: bool = False) -> None:
         """Handle a profiling failure: log once, keep it, raise only when asked to and safe."""
         message = f"{type(exc).__name__}: {exc}"
         self.errors.append(f"{what}: {message}")
-        # One warning per kind of failure; the manifest records every occurrence.
         key = f"{what}:{type(exc).__name__}:{getattr(exc, 'errno', '')}"
         warn_once(key, "profctx: %s failed: %s (training continues; repeats are logged at debug level)", what, message)
         if self.config.on_error == "raise" and not in_flight:
             raise ProfilingError(f"profiling {what} failed: {message}") from exc
 
     def submit(self, job: Callable[[], None]) -> None:
-        """Run ``job`` on the writer thread (created on first use; joined at exit)."""
-        with self._lock:
-            if self._writer is None:
-                self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="profctx-writer")
-            try:
-                future = self._writer.submit(job)
-            except RuntimeError:  # the interpreter is shutting down: write here
-                job()
-                return
-            self._pending.add(future)
-        future.add_done_callback(self._pending.discard)
+        """Run ``job`` on the writer thread."""
+        self.writer.submit(job)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every stopped capture's files are written; return whether all finished in time."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            with self._lock:
-                pending = list(self._pending)
-            if not pending:
-                return True
-            for future in pending:
-                left = None if deadline is None else max(0.0, deadline - time.monotonic())
-                try:
-                    future.result(timeout=left)
-                except TimeoutError:
-                    return False
-                except Exception:  # noqa: BLE001 - already recorded by the job
-                    pass
+        return self.writer.flush(timeout)
 
     def shutdown(self, timeout: float | None = None) -> None:
-        """Stop any open capture, write everything, close the manifest."""
-        self._close_contiguous(in_flight=True)
-        owner = _registry.owner()
-        if owner is not None and owner.runtime is self:
-            owner.end(in_flight=True)
+        """End every capture (stopping those this thread started), write everything, close the manifest.
+
+        A capture started by another thread that is still running is not stopped from here
+        (the profiler must stop on its own thread): it is recorded as ``interrupted``.
+        """
+        me = threading.get_ident()
+        with self._lock:
+            run, holder, deferred = self.run, self._holder, list(self._deferred)
+            self.run = None
+            self._deferred = []
+        for capture in {id(c): c for c in (run, holder, *deferred) if c is not None}.values():
+            if capture.thread == me:
+                capture.end(in_flight=True)
+            else:
+                capture.abandon("still recording at exit on a thread that did not stop it; "
+                                "the profiler can only be stopped on the thread that started it")
         self.flush(timeout)
         with self._lock:
-            writer, self._writer = self._writer, None
             manifest = self._manifest
-        if writer is not None:
-            writer.shutdown(wait=False)
         if manifest is not None:
-            manifest.close()
+            manifest.close(timeout=min(timeout or 0.0, 5.0))
         logger.debug("profctx runtime %s shut down", self.run_id)
-
-
-def _target(live: Capture | None) -> Capture | None:
-    """The capture ranges go to: the live one, or the owner of a skipped one."""
-    if live is None:
-        return None
-    if live.status == "skipped":
-        return live.owner
-    return live

@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 
 import profctx
-from profctx import _manifest, _propagate, _state
-from profctx._propagate import CARRIER_KEY, WORKER_GATE
+from profctx import _manifest, _propagate
+from profctx._owner import OWNER
+from profctx._propagate import CARRIER_KEY
 
 
 def _configure(tmp_path: Path, **fields: Any) -> None:
@@ -33,10 +34,14 @@ def _configure(tmp_path: Path, **fields: Any) -> None:
 @pytest.fixture
 def worker_gate() -> Iterator[None]:
     """Act as a Ray worker: a carrier can arrive at any call."""
-    _state.GATE.append(WORKER_GATE)
+    _act_as_worker(True)
     yield
-    while WORKER_GATE in _state.GATE:
-        _state.GATE.remove(WORKER_GATE)
+    _act_as_worker(False)
+
+
+def _act_as_worker(on: bool) -> None:
+    OWNER.worker = on
+    OWNER.refresh()
 
 
 # -- carriers -----------------------------------------------------------------------------------
@@ -135,14 +140,14 @@ def test_carried_config_is_not_rebuilt_for_the_same_config(tmp_path: Path, caplo
         rank0 = _propagate.snapshot(rank=0, world_size=2)
     profctx.reset()
     with profctx.adopt(no_rank):
-        first = _state.RUNTIME
+        first = OWNER.runtime
     with profctx.adopt(no_rank):
-        assert _state.RUNTIME is first
+        assert OWNER.runtime is first
     with profctx.adopt(rank1):  # a rank arrives: the identity is set
-        ranked = _state.RUNTIME
+        ranked = OWNER.runtime
         assert ranked is not first and ranked is not None and ranked.identity().rank == 1
     with caplog.at_level(logging.WARNING, logger="profctx"), profctx.adopt(rank0):
-        assert _state.RUNTIME is ranked  # one process is one rank: the first one named sticks
+        assert OWNER.runtime is ranked  # one process is one rank: the first one named sticks
     assert any("a call named it rank 0 of 2" in r.getMessage() for r in caplog.records)
 
 
@@ -181,7 +186,7 @@ def test_carried_keyword_is_removed_and_adopted(tmp_path: Path, worker_gate: Non
     with profctx.profile_step(1, role="train"):
         snap = _propagate.snapshot(rank=1, world_size=2)
     profctx.reset()
-    _state.GATE.append(WORKER_GATE)
+    _act_as_worker(True)
     assert update(5, **{CARRIER_KEY: snap}) == (5, 1, "train/update")
     assert list(numbers(2, **{CARRIER_KEY: snap})) == [(0, "train/gen"), (1, "train/gen")]
     assert asyncio.run(coro(7, **{CARRIER_KEY: snap})) == (7, "train/coro")

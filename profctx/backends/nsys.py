@@ -59,6 +59,7 @@ class NsysBackend:
     def __init__(self) -> None:
         self._spec: CaptureSpec | None = None
         self._ranges: list[str] = []
+        self._markers: list[str] = []
         self._started = 0.0
         self._count = 0
         self._nvtx: Any = None
@@ -113,13 +114,14 @@ class NsysBackend:
         self._count += 1
         self._spec = spec
         self._ranges = []
+        self._markers = []
         self._started = time.time()
 
     def stop(self) -> Finish:
         """Call ``cudaProfilerStop``; return the writer of the sidecar file."""
         import torch.cuda.profiler
 
-        spec, ranges = self._spec, self._ranges
+        spec, ranges, markers = self._spec, self._ranges, self._markers
         self._spec = None
         if spec is None:
             raise RuntimeError("stop() without a live capture")
@@ -137,6 +139,7 @@ class NsysBackend:
             "end_time": time.time(),
             "nvtx_domain": DOMAIN,
             "nvtx_ranges": ranges,
+            "nvtx_markers": markers,
             "metadata": spec.metadata,
         }
         return lambda: _write_sidecar(spec, data)
@@ -144,6 +147,11 @@ class NsysBackend:
     def range(self, name: str) -> contextlib.AbstractContextManager[Any]:
         """Return an NVTX range ``name`` in the ``profctx`` domain (start/end: valid across threads)."""
         self._ranges.append(name)
+        return _NvtxRange(name, self._nvtx)
+
+    def marker(self, name: str) -> contextlib.AbstractContextManager[Any]:
+        """Return the NVTX range of a step or of the capture's own role (listed as a marker)."""
+        self._markers.append(name)
         return _NvtxRange(name, self._nvtx)
 
     def step(self) -> None:

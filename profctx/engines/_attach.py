@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import fnmatch
 import threading
 from collections.abc import Sequence
 
-from .. import _state
 from .._config import ProfilerConfig
 from .._log import logger
+from .._owner import OWNER
+from .._runtime import Runtime
 from .._scope import Scope
 from ._base import EngineAdapter
 from ._loop import run_sync
 
 
 class EngineHook:
-    """The role hook of attached engines (at most one is registered in ``_state.ROLE_HOOKS``).
+    """The role hook of attached engines (registered with the owner while any adapter is attached).
 
-    ``enter``/``aenter`` start every attached adapter concurrently when the innermost role
-    (or the role path) matches ``engines.roles``; the handle lists the adapters this block
+    The runtime calls ``enter``/``aenter`` for blocks whose role matches ``engines.roles``
+    (the plan decides); they start every attached adapter concurrently; the handle lists the adapters this block
     started, which ``exit``/``aexit`` stop concurrently. An adapter already profiling (an
     overlapping role in another task) is not started again and not stopped by this block.
     """
@@ -29,22 +29,14 @@ class EngineHook:
         self.adapters: list[EngineAdapter] = []
         self._lock = threading.Lock()
 
-    def matches(self, scope: Scope) -> bool:
-        """Whether ``scope``'s role selects engines under the current configuration."""
-        runtime = _state.RUNTIME
-        if runtime is None or not scope.roles:
-            return False
-        name, path = scope.roles[-1], "/".join(scope.roles)
-        return any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(path, p) for p in runtime.config.engines.roles)
-
     def check_config(self, config: ProfilerConfig) -> None:
         """Raise ``ConfigError`` if an attached adapter cannot honour ``config.engines``."""
         for adapter in list(self.adapters):
             adapter.check(config.engines)
 
-    async def _start_all(self, scope: Scope, blocked: object) -> list[EngineAdapter] | None:
+    async def _start_all(self, runtime: Runtime, scope: Scope, blocked: object) -> list[EngineAdapter] | None:
         adapters = list(self.adapters)
-        results = await asyncio.gather(*(a.start(scope, _blocked_loop=blocked) for a in adapters),
+        results = await asyncio.gather(*(a.start(scope, runtime=runtime, _blocked_loop=blocked) for a in adapters),
                                        return_exceptions=True)
         started = [a for a, r in zip(adapters, results, strict=True) if r is True]
         errors = [r for r in results if isinstance(r, BaseException)]
@@ -53,28 +45,24 @@ class EngineHook:
             raise errors[0]
         return started or None
 
-    def enter(self, scope: Scope) -> object:
+    def enter(self, runtime: Runtime, scope: Scope) -> object:
         """Start the attached adapters for ``scope`` (blocking; runs them concurrently)."""
-        if not self.matches(scope):
-            return None
         try:
             blocked: object = asyncio.get_running_loop()
         except RuntimeError:
             blocked = None
-        return run_sync(lambda: self._start_all(scope, blocked))
+        return run_sync(lambda: self._start_all(runtime, scope, blocked))
 
-    def exit(self, handle: object) -> None:
+    def exit(self, runtime: Runtime, handle: object) -> None:
         """Stop the adapters ``enter`` started (blocking; concurrently)."""
         if isinstance(handle, list) and handle:
             run_sync(lambda: _stop_all(handle))
 
-    async def aenter(self, scope: Scope) -> object:
+    async def aenter(self, runtime: Runtime, scope: Scope) -> object:
         """Start the attached adapters for ``scope`` concurrently."""
-        if not self.matches(scope):
-            return None
-        return await self._start_all(scope, None)
+        return await self._start_all(runtime, scope, None)
 
-    async def aexit(self, handle: object) -> None:
+    async def aexit(self, runtime: Runtime, handle: object) -> None:
         """Stop the adapters ``aenter`` started, concurrently."""
         if isinstance(handle, list) and handle:
             await _stop_all(handle)
@@ -107,7 +95,7 @@ def attach(*adapters: EngineAdapter) -> None:
     Attaching the same adapter twice has no further effect.
     """
     global _atexit_installed
-    config = _state.CONFIG
+    config = OWNER.config
     for adapter in adapters:
         if not isinstance(adapter, EngineAdapter):
             raise TypeError(f"attach: {adapter!r} is not an engine adapter (profctx.engines.EngineAdapter)")
@@ -117,8 +105,8 @@ def attach(*adapters: EngineAdapter) -> None:
         for adapter in adapters:
             if adapter not in _hook.adapters:
                 _hook.adapters.append(adapter)
-        if _hook.adapters and _hook not in _state.ROLE_HOOKS:
-            _state.ROLE_HOOKS.append(_hook)
+        if _hook.adapters:
+            OWNER.add_hook(_hook)
         if not _atexit_installed:
             atexit.register(_stop_open_at_exit)
             _atexit_installed = True
@@ -131,8 +119,8 @@ def detach(*adapters: EngineAdapter) -> None:
             _hook.adapters[:] = [a for a in _hook.adapters if a not in adapters]
         else:
             _hook.adapters.clear()
-        if not _hook.adapters and _hook in _state.ROLE_HOOKS:
-            _state.ROLE_HOOKS.remove(_hook)
+        if not _hook.adapters:
+            OWNER.remove_hook(_hook)
 
 
 def attached() -> tuple[EngineAdapter, ...]:

@@ -19,11 +19,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .. import _state
 from .._config import EngineConfig
 from .._errors import ConfigError
 from .._layout import capture_folder, safe
 from .._log import logger, warn_once
+from .._owner import OWNER
+from .._runtime import Runtime
 from .._scope import Scope
 from ._loop import run_sync
 
@@ -160,6 +161,7 @@ class EngineAdapter(ABC):
         self._busy = False
         self._record_base: dict[str, Any] = {}
         self._notes: list[str] = []
+        self._runtime: Runtime | None = None
 
     # -- what subclasses provide ------------------------------------------------------------
 
@@ -227,13 +229,15 @@ class EngineAdapter(ABC):
 
     # -- driver entry points ---------------------------------------------------------------------
 
-    async def start(self, scope: Scope | None = None, *, _blocked_loop: object = None) -> bool:
+    async def start(self, scope: Scope | None = None, *, runtime: Runtime | None = None,
+                    _blocked_loop: object = None) -> bool:
         """Start profiling for ``scope`` (default: the ambient one); return whether it started.
 
-        Does nothing (``False``) when profctx is not configured, this replica is not in
-        ``engines.replicas``, or a session is already open.
+        ``runtime``: the configuration's runtime (profctx passes it; direct callers may leave
+        it out to use the process's). Does nothing (``False``) when profctx is not
+        configured, this replica is not in ``engines.replicas``, or a session is already open.
         """
-        runtime = _state.RUNTIME
+        runtime = runtime if runtime is not None else OWNER.runtime
         scope = scope if scope is not None else _current()
         if runtime is None or scope.step is None or not scope.roles:
             return False
@@ -288,15 +292,15 @@ class EngineAdapter(ABC):
         with self._lock:
             self._record_base = base | {"start_time": start_wall}
             self._notes = notes
+            self._runtime = runtime
         return True
 
     async def stop(self) -> None:
         """Stop the session :meth:`start` opened and record how it ended; idempotent."""
         with self._lock:
-            request, base, notes = self._active, self._record_base, self._notes
+            request, base, notes, runtime = self._active, self._record_base, self._notes, self._runtime
         if request is None:
             return
-        runtime = _state.RUNTIME
         try:
             outcome = await self.stop_request()
         except BaseException as exc:

@@ -20,6 +20,7 @@ from typing import Any
 
 from .._config import EngineConfig, ProfilerConfig
 from .._errors import ConfigError
+from .._owner import OWNER
 from ._base import AlreadyActive, EngineAdapter, EngineError, EngineRequest, HttpAdapter, Outcome
 from ._http import Unreachable, request
 
@@ -365,9 +366,7 @@ def launch_settings(
     """
     from os.path import abspath, expanduser
 
-    from .. import _state
-
-    config = config if config is not None else _state.CONFIG
+    config = config if config is not None else OWNER.config
     if config is None:
         raise ConfigError("config", None, "a ProfilerConfig, or call profctx.configure() first")
     if version is None:

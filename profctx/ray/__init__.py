@@ -18,7 +18,8 @@ from typing import Any
 
 import ray
 
-from .. import _lifecycle, _state
+from .. import _lifecycle
+from .._owner import OWNER
 from .._propagate import TARGET, install_ray_support
 from .._scope import SCOPE
 
@@ -163,7 +164,7 @@ def _describe(target: Target) -> str:
 
 def _record_failure(method: str, rank: int | None, error: BaseException) -> None:
     """Record a failed actor call in this process's manifest (when it profiles)."""
-    runtime = _state.RUNTIME
+    runtime = OWNER.runtime
     if runtime is None:
         return
     scope = SCOPE.get()
@@ -213,7 +214,7 @@ def _handles(actors: Sequence[Any]) -> list[Any]:
 
 def _flush_actor(actor: Any, timeout: float | None) -> bool:
     """Run in an actor (via ``__ray_call__``): stop any open capture and write everything."""
-    runtime = _state.RUNTIME
+    runtime = OWNER.runtime
     if runtime is None:
         return True
     _lifecycle.finalize(timeout)

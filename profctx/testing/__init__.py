@@ -1,20 +1,37 @@
-"""Test helpers for users of profctx: a recording backend and ``capture()``.
+"""Test helpers for users of profctx: a recording backend, ``capture()`` and the plan as an oracle.
 
-Hypothesis strategies live in :mod:`profctx.testing.strategies` (needs ``hypothesis``).
+``expected_captures(config, steps, blocks)`` says what a loop captures without running it
+(the same plan the runtime executes); ``replay(steps, blocks)`` runs such a loop through real
+``profile_step`` blocks. Hypothesis strategies live in :mod:`profctx.testing.strategies`
+(needs ``hypothesis``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import _api, _state
+from .. import _api
+from .._block import profile_step
+from .._config import ProfilerConfig, load
+from .._owner import OWNER
+from .._plan import CaptureKey, Expected, Policy, RoleBlock, simulate
 from ._recording import RecordedCapture, RecordingBackend
 
-__all__ = ["Captured", "RecordedCapture", "RecordingBackend", "capture"]
+__all__ = [
+    "CaptureKey",
+    "Captured",
+    "Expected",
+    "RecordedCapture",
+    "RecordingBackend",
+    "RoleBlock",
+    "capture",
+    "expected_captures",
+    "replay",
+]
 
 
 @dataclass
@@ -27,6 +44,7 @@ class Captured:
     status: str
     ranges: list[str] = field(default_factory=list)
     reason: str | None = None
+    markers: list[str] = field(default_factory=list)
 
 
 @contextlib.contextmanager
@@ -38,7 +56,7 @@ def capture(**fields: Any) -> Iterator[list[Captured]]:
     ``save_path`` defaults to a temporary folder. The yielded list fills as captures end
     (``status`` ``ok``, ``skipped`` or ``failed``); the previous configuration is restored after.
     """
-    previous = _state.CONFIG
+    previous = OWNER.config
     base = previous.to_dict() if previous is not None else {}
     base.update(fields)
     base.update(tool="recording", exit_hooks=False, warmup=False)
@@ -47,7 +65,7 @@ def capture(**fields: Any) -> Iterator[list[Captured]]:
         if "save_path" not in fields:
             base["save_path"] = stack.enter_context(tempfile.TemporaryDirectory(prefix="profctx-capture-"))
         _api.configure(base)
-        runtime = _state.RUNTIME
+        runtime = OWNER.runtime
         by_id: dict[str, RecordedCapture] = {}
         first = len(RecordingBackend.log)
 
@@ -64,6 +82,7 @@ def capture(**fields: Any) -> Iterator[list[Captured]]:
                 status=str(record.get("status")),
                 ranges=list(recorded.ranges) if recorded else [],
                 reason=record.get("reason") or record.get("error"),
+                markers=list(recorded.markers) if recorded else [],
             ))
 
         if runtime is not None:
@@ -76,3 +95,45 @@ def capture(**fields: Any) -> Iterator[list[Captured]]:
                 _api.configure(previous)
             else:
                 _api.reset()
+
+
+def expected_captures(
+    config: ProfilerConfig | Mapping[str, Any],
+    steps: Iterable[int],
+    blocks: Sequence[RoleBlock] = (),
+    *,
+    rank: int | None = None,
+) -> list[Expected]:
+    """Return the captures a one-threaded loop makes, without running it or any profiler.
+
+    The loop is ``for step in steps: with profile_step(step): <blocks>``; ``blocks`` are
+    role blocks (:class:`RoleBlock`, nested as given) entered one after another in every
+    step. ``steps`` may repeat or skip (a retried or resumed step). ``config`` is a
+    :class:`~profctx.ProfilerConfig` or the keywords of :func:`profctx.configure`; ``rank``
+    is this process's rank (default: the config's, else 0). Each result has ``key``
+    (kind, steps, roles), ``status`` (``ok``, or ``skipped`` when another capture held the
+    profiler) and ``ranges`` (in the order opened). Raise ``ConfigError`` for a bad config.
+    """
+    cfg = config if isinstance(config, ProfilerConfig) else load(dict(config))
+    if cfg is None or not cfg.active:
+        return []
+    me = rank if rank is not None else (cfg.rank if cfg.rank is not None else 0)
+    selected = cfg.ranks == "all" or me in cfg.ranks
+    return simulate(Policy.of(cfg, selected), steps, blocks)
+
+
+def replay(steps: Iterable[int], blocks: Sequence[RoleBlock] = ()) -> None:
+    """Run ``for step in steps: with profile_step(step): <blocks>`` through real blocks.
+
+    Use it with :func:`capture` (or a configured profctx) to check what the runtime really
+    captures against :func:`expected_captures`.
+    """
+    def enter(block: RoleBlock) -> None:
+        with profile_step(role=block.role):
+            for child in block.children:
+                enter(child)
+
+    for step in steps:
+        with profile_step(step):
+            for block in blocks:
+                enter(block)

@@ -25,6 +25,7 @@ class RecordedCapture:
     rank: int
     folder: Path
     ranges: list[str] = field(default_factory=list)
+    markers: list[str] = field(default_factory=list)
     started: float = 0.0
     stopped: float | None = None
 
@@ -78,12 +79,12 @@ class RecordingBackend:
         record.stopped = time.time()
         with self._lock:
             RecordingBackend._live -= 1
-        ranges = list(record.ranges)
+        ranges, markers = list(record.ranges), list(record.markers)
 
         def write() -> Sequence[Path]:
             final = spec.folder / f"{spec.stem}.recording.json"
             tmp = temporary(final)
-            tmp.write_text(json.dumps({"metadata": spec.metadata, "ranges": ranges}))
+            tmp.write_text(json.dumps({"metadata": spec.metadata, "ranges": ranges, "markers": markers}))
             os.replace(tmp, final)
             return (final,)
 
@@ -95,6 +96,14 @@ class RecordingBackend:
         if current is None:
             raise RuntimeError("recording backend: range() outside a capture")
         current.ranges.append(name)
+        return _Null()
+
+    def marker(self, name: str) -> Any:
+        """Record ``name`` (a ``step N`` boundary) as a marker of the live capture."""
+        current = self._current
+        if current is None:
+            raise RuntimeError("recording backend: marker() outside a capture")
+        current.markers.append(name)
         return _Null()
 
     def step(self) -> None:

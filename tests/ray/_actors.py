@@ -10,12 +10,12 @@ from typing import Any
 import ray
 
 import profctx
-from profctx import _state
+from profctx._owner import OWNER
 
 
 def _where() -> dict[str, Any]:
     scope = profctx.current()
-    runtime = _state.RUNTIME
+    runtime = OWNER.runtime
     identity = runtime.identity() if runtime is not None else None
     return {
         "step": scope.step,

@@ -1,0 +1,231 @@
+"""``profile_step``: the block that sets the ambient scope and runs what the plan opens for it."""
+
+from __future__ import annotations
+
+import asyncio
+from contextvars import ContextVar, Token
+from types import TracebackType
+from typing import Any, final
+
+from ._capture import Capture
+from ._owner import OWNER
+from ._runtime import Opened, Runtime
+from ._scope import SCOPE, Scope
+
+#: The capture blocks of this task record into (their own, a joined run, or one refused).
+CONTEXT: ContextVar[Capture | None] = ContextVar("profctx.capture", default=None)
+
+Tokens = tuple[Token[Scope], Token[Capture | None] | None]
+
+
+class Session:
+    """One block's life: open (ask the runtime), activate (make the scope ambient), close.
+
+    ``profile_step`` opens and activates on entry; decorated generators activate around
+    each resume but open once and close once. Engines start after the block's captures
+    open and stop before they close.
+    """
+
+    __slots__ = ("opened", "runtime", "scope", "sets_role", "sets_step")
+
+    def __init__(self, parent: Scope, step: int | None, role: str | None, tags: dict[str, Any]) -> None:
+        if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+            raise ValueError(f"step: {step!r} is not valid; a step is an integer >= 0 or None")
+        if role is not None and not isinstance(role, str):
+            raise ValueError(f"role: {role!r} is not valid; a role is a string such as 'rollout'")
+        self.scope = parent.child(step, role, tags)
+        self.sets_step = step is not None
+        self.sets_role = role is not None
+        self.opened: Opened | None = None
+        self.runtime: Runtime | None = OWNER.runtime
+
+    def open(self) -> None:
+        """Open the captures and ranges the plan asks for (call with the parent scope active)."""
+        rt = self.runtime
+        if rt is not None:
+            self.opened = rt.open(self.scope, self.sets_step, self.sets_role, CONTEXT.get())
+
+    def activate(self) -> Tokens:
+        """Make this scope (and its capture) ambient; return the tokens for :meth:`deactivate`."""
+        opened = self.opened
+        target = opened.target if opened is not None else None
+        capture_token = CONTEXT.set(target) if target is not None else None
+        return SCOPE.set(self.scope), capture_token
+
+    @staticmethod
+    def deactivate(tokens: Tokens) -> None:
+        """Restore the scope that was ambient before :meth:`activate`."""
+        scope_token, capture_token = tokens
+        if capture_token is not None:
+            CONTEXT.reset(capture_token)
+        SCOPE.reset(scope_token)
+
+    def wants_engines(self) -> bool:
+        """Whether attached engines start for this block."""
+        opened = self.opened
+        return opened is not None and opened.actions.engines and bool(OWNER.hooks)
+
+    def enter_engines(self) -> None:
+        """Start every attached role hook (blocking)."""
+        assert self.opened is not None and self.runtime is not None
+        rt = self.runtime
+        for hook in list(OWNER.hooks):
+            try:
+                handle = hook.enter(rt, self.scope)
+            except Exception as exc:  # noqa: BLE001
+                rt.failure("engine start", exc)
+                continue
+            if handle is not None:
+                self.opened.hooks.append((hook, handle))
+
+    async def aenter_engines(self) -> None:
+        """Start every attached role hook concurrently."""
+        assert self.opened is not None and self.runtime is not None
+        rt = self.runtime
+        hooks = list(OWNER.hooks)
+        results = await asyncio.gather(*(h.aenter(rt, self.scope) for h in hooks), return_exceptions=True)
+        for hook, result in zip(hooks, results, strict=True):
+            if isinstance(result, BaseException):
+                if not isinstance(result, Exception):
+                    raise result
+                rt.failure("engine start", result)
+            elif result is not None:
+                self.opened.hooks.append((hook, result))
+
+    def exit_engines(self) -> None:
+        """Stop the hooks :meth:`enter_engines` started, last first."""
+        if self.opened is None or not self.opened.hooks or self.runtime is None:
+            return
+        rt = self.runtime
+        hooks, self.opened.hooks = self.opened.hooks, []
+        for hook, handle in reversed(hooks):
+            try:
+                hook.exit(rt, handle)
+            except Exception as exc:  # noqa: BLE001
+                rt.failure("engine stop", exc, in_flight=True)
+
+    async def aexit_engines(self) -> None:
+        """Stop the hooks :meth:`aenter_engines` started, concurrently."""
+        if self.opened is None or not self.opened.hooks or self.runtime is None:
+            return
+        rt = self.runtime
+        hooks, self.opened.hooks = self.opened.hooks, []
+        results = await asyncio.gather(*(h.aexit(rt, handle) for h, handle in hooks), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                rt.failure("engine stop", result, in_flight=True)
+
+    def close(self, in_flight: bool) -> None:
+        """Close what :meth:`open` opened."""
+        opened, self.opened = self.opened, None
+        if opened is not None and self.runtime is not None:
+            self.runtime.close(opened, in_flight=in_flight)
+
+    # -- the whole life, for the with-statement and the decorators -------------------------------
+
+    def start(self) -> Tokens:
+        """Open, start engines, activate; on any failure close what opened and re-raise."""
+        self.open()
+        try:
+            if self.wants_engines():
+                self.enter_engines()
+            return self.activate()
+        except BaseException:
+            self.exit_engines()
+            self.close(in_flight=True)
+            raise
+
+    async def astart(self) -> Tokens:
+        """The async twin of :meth:`start` (engines start concurrently)."""
+        self.open()
+        try:
+            if self.wants_engines():
+                await self.aenter_engines()
+            return self.activate()
+        except BaseException:
+            await self.aexit_engines()
+            self.close(in_flight=True)
+            raise
+
+    def finish(self, tokens: Tokens | None, in_flight: bool) -> None:
+        """Deactivate (if active), stop engines, close."""
+        try:
+            if tokens is not None:
+                self.deactivate(tokens)
+        finally:
+            try:
+                self.exit_engines()
+            finally:
+                self.close(in_flight)
+
+    async def afinish(self, tokens: Tokens | None, in_flight: bool) -> None:
+        """The async twin of :meth:`finish`."""
+        try:
+            if tokens is not None:
+                self.deactivate(tokens)
+        finally:
+            try:
+                await self.aexit_engines()
+            finally:
+                self.close(in_flight)
+
+
+@final
+class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3):``
+    """Set the ambient step, role and tags for a block; capture when the config selects it.
+
+    ``step`` and ``role`` not given are inherited from the enclosing block; a role nests
+    under the enclosing role path (``"train/actor_update"``). Works with ``with`` and
+    ``async with``; the scope is restored exactly on exit, exceptions included, and
+    exceptions raised in the block pass through unchanged. One object per ``with``.
+    """
+
+    __slots__ = ("_role", "_session", "_step", "_tags", "_tokens")
+
+    def __init__(self, step: int | None = None, role: str | None = None, **tags: Any) -> None:
+        self._step = step
+        self._role = role
+        self._tags = tags
+        self._session: Session | None = None
+        self._tokens: Tokens | None = None
+
+    def _new(self) -> Session:
+        if self._session is not None:
+            raise RuntimeError("a profile_step object is already entered; create one per with-block")
+        session = Session(SCOPE.get(), self._step, self._role, self._tags)
+        self._session = session
+        return session
+
+    def __enter__(self) -> Scope:
+        session = self._new()
+        try:
+            self._tokens = session.start()
+        except BaseException:
+            self._session = None
+            raise
+        return session.scope
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        session, tokens = self._session, self._tokens
+        self._session = self._tokens = None
+        assert session is not None
+        session.finish(tokens, in_flight=exc_type is not None)
+
+    async def __aenter__(self) -> Scope:
+        session = self._new()
+        try:
+            self._tokens = await session.astart()
+        except BaseException:
+            self._session = None
+            raise
+        return session.scope
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        session, tokens = self._session, self._tokens
+        self._session = self._tokens = None
+        assert session is not None
+        await session.afinish(tokens, in_flight=exc_type is not None)

@@ -1,0 +1,178 @@
+"""The one owner of profctx's process state. ``reset()`` ends all of it (``Owner.end``).
+
+Everything profctx keeps for a process lives in the single :data:`OWNER`: the configuration,
+the runtime of that configuration (identity, backend, the native-capture token, manifest
+writer, writer thread, listeners), the role hooks engines attach, the gate ``@profiled``
+reads and the configuration carried in from another process. Nothing else in the package
+holds state that outlives a call, except the ambient scope (a ``ContextVar``, per task).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from ._config import ProfilerConfig
+    from ._runtime import Runtime
+    from ._scope import Scope
+
+
+class RoleHook(Protocol):
+    """Told when a role block matching ``engines.roles`` is entered and left in an in-window step.
+
+    ``enter`` returns a handle passed back to ``exit``; ``None`` means "nothing started".
+    Exceptions are caught, logged once and recorded by the runtime. ``shutdown()`` stops
+    what is open (process exit, SIGTERM); ``reset()`` forgets everything (``profctx.reset()``);
+    ``check_config(config)`` raises ``ConfigError`` for options the hook cannot honour.
+    """
+
+    def enter(self, runtime: Runtime, scope: Scope) -> object: ...
+
+    def exit(self, runtime: Runtime, handle: object) -> None: ...
+
+    async def aenter(self, runtime: Runtime, scope: Scope) -> object: ...
+
+    async def aexit(self, runtime: Runtime, handle: object) -> None: ...
+
+    def check_config(self, config: ProfilerConfig) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+    def reset(self) -> None: ...
+
+
+class Owner:
+    """All of profctx's process state. One instance per process: :data:`OWNER`.
+
+    ``gate`` is non-empty while a block of this process is inside an in-window step; each
+    role name's ``switch`` is non-empty while a ``@profiled`` call with that role must run
+    its wrapper (``@profiled`` reads ``switch.__len__``, a C call, so the off path costs
+    about one extra call). Switches are recomputed only when the gate opens or closes,
+    a capture starts or ends, or engines are attached.
+    """
+
+    __slots__ = ("_lock", "carried", "config", "gate", "hooks", "runtime", "switches", "worker")
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        #: The configuration given to ``configure()`` (``None``: never configured, or reset).
+        self.config: ProfilerConfig | None = None
+        #: The runtime of an active configuration (``None`` when nothing can be captured).
+        self.runtime: Runtime | None = None
+        #: The configuration adopted from a carried snapshot: (carried dict, rank, world size, config).
+        self.carried: tuple[Any, int | None, int | None, ProfilerConfig | None] | None = None
+        #: Role hooks (attached engines).
+        self.hooks: list[RoleHook] = []
+        #: One entry per block of this process inside an in-window step.
+        self.gate: list[object] = []
+        #: Role name -> its switch (shared by every ``@profiled`` function of that role).
+        self.switches: dict[str, list[bool]] = {}
+        #: Whether this process is a Ray worker: a carrier can arrive with any call, so every
+        #: ``@profiled`` wrapper stays on to remove the reserved keyword.
+        self.worker = False
+
+    # -- switches -----------------------------------------------------------------------------
+
+    def switch(self, role: str) -> list[bool]:
+        """Return the switch of ``role`` (created off, or on if the process state wants it)."""
+        with self._lock:
+            found = self.switches.get(role)
+            if found is None:
+                found = self.switches[role] = []
+                self._set(role, found)
+            return found
+
+    def refresh(self) -> None:
+        """Recompute every switch from the gate, the live capture and the attached hooks."""
+        with self._lock:
+            for role, switch in self.switches.items():
+                self._set(role, switch)
+
+    def _set(self, role: str, switch: list[bool]) -> None:
+        on = self.worker or (bool(self.gate) and self._wants(role))
+        if on and not switch:
+            switch.append(True)
+        elif not on and switch:
+            switch.clear()
+
+    def _wants(self, role: str) -> bool:
+        runtime = self.runtime
+        return runtime is not None and runtime.wants_role(role, engines=bool(self.hooks))
+
+    def open_gate(self, token: object) -> None:
+        """Note a block inside an in-window step (switches are recomputed on the first)."""
+        with self._lock:
+            self.gate.append(token)
+            if len(self.gate) == 1:
+                self.refresh()
+
+    def close_gate(self, token: object) -> None:
+        """Undo :meth:`open_gate` for ``token`` (switches go off with the last)."""
+        with self._lock:
+            try:
+                self.gate.remove(token)
+            except ValueError:
+                return
+            if not self.gate:
+                self.refresh()
+
+    def mark_worker(self) -> None:
+        """Keep every ``@profiled`` wrapper on in this process if it is a Ray worker (idempotent)."""
+        if not self.worker and in_ray_worker():
+            with self._lock:
+                self.worker = True
+                self.refresh()
+
+    # -- hooks --------------------------------------------------------------------------------
+
+    def add_hook(self, hook: RoleHook) -> None:
+        """Register ``hook`` (once)."""
+        with self._lock:
+            if hook not in self.hooks:
+                self.hooks.append(hook)
+                self.refresh()
+
+    def remove_hook(self, hook: RoleHook) -> None:
+        """Unregister ``hook`` if registered."""
+        with self._lock:
+            if hook in self.hooks:
+                self.hooks.remove(hook)
+                self.refresh()
+
+    # -- the end ------------------------------------------------------------------------------
+
+    def end(self) -> None:
+        """Return to the state of a fresh process (the runtime must already be shut down).
+
+        Switches stay registered (decorated functions hold them) but all go off, unless
+        this process is a Ray worker.
+        """
+        with self._lock:
+            hooks, self.hooks = self.hooks, []
+            self.config = None
+            self.runtime = None
+            self.carried = None
+            self.gate.clear()
+            self.refresh()
+        for hook in hooks:
+            reset = getattr(hook, "reset", None)
+            if reset is not None:
+                reset()
+
+
+def in_ray_worker() -> bool:
+    """Return whether this process is a Ray worker (an actor or task process)."""
+    ray = sys.modules.get("ray")
+    if ray is None:
+        return False
+    try:
+        worker = ray._private.worker.global_worker
+        return bool(worker.mode == ray.WORKER_MODE)
+    except Exception:  # noqa: BLE001 - a Ray we do not know: assume not a worker
+        return False
+
+
+#: The process's owner.
+OWNER = Owner()

@@ -1,0 +1,322 @@
+"""The capture plan: what a block opens, as a pure function of the config and what is live.
+
+No I/O, no globals, no clocks. The runtime (``_runtime``) executes the :class:`Actions` this
+module returns; the nsys range count, the engine role match, the CLI role filter and the
+oracle users property-test their loops with (``profctx.testing.expected_captures``) all come
+from here, so decision and effect cannot drift apart.
+
+Modelled on torch.profiler's ``schedule -> ProfilerAction -> action_map``: a block's entry is
+an event, the plan answers with actions, and the block's exit undoes exactly those actions.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, final
+
+from ._window import StepWindow
+
+if TYPE_CHECKING:
+    from ._config import ProfilerConfig
+
+Kind = Literal["step", "role"]
+
+
+def role_matches(patterns: Sequence[str], roles: Sequence[str]) -> bool:
+    """Return whether ``patterns`` select the role path ``roles`` (fnmatch on its last name or whole path).
+
+    No patterns selects every role; an empty path matches nothing.
+    """
+    if not roles:
+        return False
+    if not patterns:
+        return True
+    name, path = roles[-1], "/".join(roles)
+    return any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(path, p) for p in patterns)
+
+
+@final
+@dataclass(frozen=True)
+class Policy:
+    """The configuration as the plan sees it, for one process (``selected``: its rank captures)."""
+
+    window: StepWindow
+    mode: Literal["step", "role"] = "step"
+    contiguous: bool = False
+    roles: tuple[str, ...] = ()
+    engine_roles: tuple[str, ...] = ("rollout",)
+    selected: bool = True
+
+    @classmethod
+    def of(cls, config: ProfilerConfig, selected: bool) -> Policy:
+        """Return the policy of an active ``config`` for a process whose rank is (not) ``selected``."""
+        return cls(
+            window=config.steps or StepWindow(),
+            mode=config.mode,
+            contiguous=config.contiguous,
+            roles=config.roles,
+            engine_roles=config.engines.roles,
+            selected=selected,
+        )
+
+    def run_of(self, step: int) -> tuple[int, ...]:
+        """Return the steps one capture opened at ``step`` covers."""
+        if self.mode == "step" and self.contiguous:
+            return self.window.run_of(step) or (step,)
+        return (step,)
+
+    def wants_role(self, role: str, *, capturing: bool, engines: bool) -> bool:
+        """Return whether a ``@profiled(role=role)`` call inside an in-window step must run its wrapper.
+
+        ``capturing``: a capture is live in this process; ``engines``: engine adapters are
+        attached. A role matters only as a capture of its own, a range in a live capture, or
+        an engine switch; patterns naming a whole path (``a/b``) may match any role, so they
+        keep every role in.
+        """
+        if engines and (role_matches(self.engine_roles, (role,)) or any("/" in p for p in self.engine_roles)):
+            return True
+        if not self.selected:
+            return False
+        if capturing and self.mode == "role":
+            return True  # nested roles are ranges of the live role capture, whatever the filter
+        if self.mode == "step" and not capturing:
+            return False
+        return role_matches(self.roles, (role,)) or any("/" in p for p in self.roles)
+
+
+@final
+@dataclass(frozen=True)
+class CaptureKey:
+    """What a capture covers: its kind, its steps and, in role mode, its role path."""
+
+    kind: Kind
+    steps: tuple[int, ...]
+    roles: tuple[str, ...] = ()
+
+
+@final
+@dataclass(frozen=True)
+class Enter:
+    """A block is entered.
+
+    ``step``/``roles``: the block's scope; ``sets_step``/``sets_role``: what the block itself
+    sets. ``context``: what the enclosing blocks of this task hold — ``None`` (no capture),
+    ``"live"`` (ranges can go to a live capture) or ``"dead"`` (a capture that is not
+    recording: skipped with no live owner, failed or stopped). ``run``: the steps of the
+    contiguous capture open in this process, if any.
+    """
+
+    step: int | None
+    roles: tuple[str, ...] = ()
+    sets_step: bool = False
+    sets_role: bool = False
+    context: Literal["live", "dead"] | None = None
+    run: tuple[int, ...] | None = None
+
+
+@final
+@dataclass(frozen=True)
+class Actions:
+    """What the runtime does for one block, and undoes at its exit.
+
+    In order at entry: ``close_run`` (end the open contiguous capture), ``open`` (start a
+    capture; ``keep_run``: it becomes the contiguous capture), ``ranges`` (named ranges in the
+    capture this block records into; ``marker``: the top range of what the block opens —
+    ``step N`` for a step, the role's name for a role capture), ``engines`` (start attached engines). At exit, in
+    reverse: engines stop, ranges close, the opened capture ends (``close_run_at_exit``: the
+    contiguous capture ends with this block).
+    """
+
+    active: bool = False
+    close_run: bool = False
+    open: CaptureKey | None = None
+    keep_run: bool = False
+    join_run: bool = False
+    close_run_at_exit: bool = False
+    marker: str | None = None
+    ranges: tuple[str, ...] = ()
+    engines: bool = False
+
+
+#: The block does nothing (outside the window, or nothing selected).
+NOTHING: Actions = Actions()
+
+
+def step_range(step: int) -> str:
+    """Return the name of the range marking ``step`` inside a step capture."""
+    return f"step {step}"
+
+
+def decide(policy: Policy, event: Enter) -> Actions:
+    """Return what a block entering ``event`` opens under ``policy``.
+
+    Rules (docs/concepts.md, "What is captured"): out of the window nothing opens, and a step
+    block leaving the contiguous run closes it. Step mode: a step block on a selected rank
+    opens a capture of its step (or joins/opens the contiguous run) with a ``step N`` range;
+    a role block inside a live capture is a range when it matches the role filter. Role
+    mode: a matching role with no capture around it opens one (the role is its top range);
+    roles inside a live capture are ranges. Engines start for roles matching
+    ``engines.roles`` on every rank.
+    """
+    step = event.step
+    if step is None or step not in policy.window:
+        if event.sets_step and event.run is not None:
+            return Actions(close_run=True)
+        return NOTHING
+    close_run = False
+    opened: CaptureKey | None = None
+    keep_run = join_run = close_run_at_exit = False
+    ranges: list[str] = []
+    marker: str | None = None
+    context = event.context
+    if event.sets_step and policy.mode == "step" and policy.selected:
+        steps = policy.run_of(step)
+        if policy.contiguous:
+            if event.run is not None and step not in event.run:
+                close_run = True
+            if event.run is not None and step in event.run:
+                join_run = True
+            else:
+                opened, keep_run = CaptureKey("step", steps), True
+            close_run_at_exit = step == steps[-1]
+        else:
+            opened = CaptureKey("step", steps)
+        marker = step_range(step)
+        context = "live"
+    engines = False
+    if event.sets_role:
+        roles = event.roles
+        if context == "live":
+            if policy.mode == "role" or role_matches(policy.roles, roles):
+                ranges.append(roles[-1])
+        elif (context is None and policy.mode == "role" and policy.selected
+              and role_matches(policy.roles, roles)):
+            opened = CaptureKey("role", (step,), roles)
+            marker = roles[-1]
+        engines = role_matches(policy.engine_roles, roles)
+    return Actions(
+        active=True,
+        close_run=close_run,
+        open=opened,
+        keep_run=keep_run,
+        join_run=join_run,
+        close_run_at_exit=close_run_at_exit,
+        marker=marker,
+        ranges=tuple(ranges),
+        engines=engines,
+    )
+
+
+# -- the oracle: what a sequential loop captures ----------------------------------------------
+
+
+@final
+@dataclass(frozen=True)
+class RoleBlock:
+    """A role block and the blocks nested inside it, in the order a step enters them."""
+
+    role: str
+    children: tuple[RoleBlock, ...] = ()
+
+
+@dataclass
+class Expected:
+    """One capture a sequential loop makes: what it covers, whether it records, its ranges in order."""
+
+    key: CaptureKey
+    status: Literal["ok", "skipped"] = "ok"
+    ranges: list[str] = field(default_factory=list)
+    markers: list[str] = field(default_factory=list)
+
+    @property
+    def steps(self) -> tuple[int, ...]:
+        """The steps the capture covers."""
+        return self.key.steps
+
+    @property
+    def role(self) -> str | None:
+        """The role path of a role capture (``None`` for a step capture)."""
+        return "/".join(self.key.roles) or None
+
+
+def simulate(policy: Policy, steps: Iterable[int], blocks: Sequence[RoleBlock] = ()) -> list[Expected]:
+    """Return the captures a one-threaded loop makes: ``for step in steps: with profile_step(step): blocks``.
+
+    Each step enters ``blocks`` (role blocks, nested as given) one after another. Steps may
+    repeat or skip (a retried or resumed step). This is the plan executed with no profiler:
+    the runtime must produce exactly these captures (a property the test suite checks).
+    """
+    captures: list[Expected] = []
+    run: Expected | None = None
+    live: Expected | None = None  # the process's one recording capture
+
+    def open_capture(key: CaptureKey) -> Expected:
+        nonlocal live
+        capture = Expected(key, "ok" if live is None else "skipped")
+        captures.append(capture)
+        if live is None:
+            live = capture
+        return capture
+
+    def close(capture: Expected | None) -> None:
+        nonlocal live
+        if capture is not None and capture is live:
+            live = None
+
+    def enter(event: Enter, target: Expected | None) -> tuple[Expected | None, Expected | None, Actions]:
+        """Enter a block; return the capture its ranges go to and the one it owns."""
+        nonlocal run
+        actions = decide(policy, event)
+        if actions.close_run and run is not None:
+            close(run)
+            run = None
+        owned: Expected | None = None
+        if actions.join_run:
+            target = run
+        if actions.open is not None:
+            capture = open_capture(actions.open)
+            if actions.keep_run:
+                run = capture if capture.status == "ok" else None
+            else:
+                owned = capture
+            target = capture if capture.status == "ok" else live
+            if capture.status != "ok" and actions.keep_run:
+                target = live
+        if target is not None and target is live:
+            if actions.marker is not None:
+                refused = actions.open is not None and captures[-1] is not target
+                if refused and actions.open is not None and actions.open.kind == "role":
+                    target.ranges.append(actions.marker)
+                else:
+                    target.markers.append(actions.marker)
+            target.ranges.extend(actions.ranges)
+        return target, owned, actions
+
+    def context_of(target: Expected | None) -> Literal["live", "dead"] | None:
+        if target is None:
+            return None
+        return "live" if target is live else "dead"
+
+    def walk(block: RoleBlock, step: int, parent: tuple[str, ...], target: Expected | None) -> None:
+        roles = (*parent, block.role)
+        event = Enter(step, roles, sets_step=False, sets_role=True, context=context_of(target),
+                      run=run.steps if run is not None else None)
+        inner, owned, _ = enter(event, target)
+        for child in block.children:
+            walk(child, step, roles, inner)
+        close(owned)
+
+    for step in steps:
+        event = Enter(step, (), sets_step=True, context=None, run=run.steps if run is not None else None)
+        target, owned, actions = enter(event, None)
+        for block in blocks:
+            walk(block, step, (), target)
+        close(owned)
+        if actions.close_run_at_exit and run is not None:
+            close(run)
+            run = None
+    if run is not None:
+        close(run)
+    return captures
