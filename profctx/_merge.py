@@ -92,11 +92,6 @@ class MergeResult:
     approximate: list[str] = field(default_factory=list)
 
 
-def who(record: CaptureRecord) -> str:
-    """Return the process label of a capture: ``rank 0``, ``actor rank 0`` or ``vllm replica 1``."""
-    return record.who
-
-
 def _process_order(record: CaptureRecord) -> tuple[Any, ...]:
     if record.is_engine:
         return (2, record.engine or "", record.replica if record.replica is not None else -1)

@@ -82,10 +82,10 @@ def _summarize(folder: str, run: str, args: argparse.Namespace, steps: list[int]
     chosen = None if run == "all" else (latest_run(path) if run == "latest" else run)
     if chosen is not None and not any(True for _ in _reader(path, chosen)):
         raise UsageError(f"run {chosen!r}: not found in {folder}")
-    show = sys.stderr.isatty() if args.progress is None else args.progress
-    bar = Progress(sys.stderr, "reading traces", show)
     if args.straggler_ratio <= 1:
         raise UsageError(f"--straggler-ratio {args.straggler_ratio}: must be greater than 1")
+    show = sys.stderr.isatty() if args.progress is None else args.progress
+    bar = Progress(sys.stderr, "reading traces", show)
     try:
         return summarize(path, chosen, steps=steps, top=top, straggler_ratio=args.straggler_ratio,
                          progress=bar.update)
@@ -183,7 +183,9 @@ def _diff(args: argparse.Namespace, top: int) -> tuple[Diff, str, str]:
 
 
 def _steps(folder: str, run: str, args: argparse.Namespace) -> list[int]:
-    return _summarize(folder, run, args, top=0).steps
+    path = check_folder(folder)
+    chosen = None if run == "all" else (latest_run(path) if run == "latest" else run)
+    return sorted({s for r in ManifestReader(path, chosen) if r.status == "ok" for s in r.steps})
 
 
 def render_diff(result: Diff, style: Style) -> str:
