@@ -64,6 +64,7 @@ class CaptureSummary:
     files: list[str]
     problems: list[str]
     #: Operator self/total time (µs) and count per role: the capture's role, else the outermost range.
+    #: Emptied once :func:`summarize` has added it to the run's figures (:attr:`Summary.role_ops`).
     role_table: dict[str, dict[str, list[float]]] = field(default_factory=dict)
 
     @property
@@ -257,6 +258,7 @@ def summarize_records(
     captures: list[CaptureSummary] = []
     engines: list[CaptureSummary] = []
     problems: list[str] = []
+    role_ops: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0, 0]))
     done = 0
     for record in records:
         files = [f.path for f in record.files if is_trace_file(f.path)]
@@ -264,12 +266,24 @@ def summarize_records(
             files = _engine_files(root, record.folder, listed)
         summary = _capture(root, record, files if record.status == "ok" else [], top)
         problems.extend(summary.problems)
-        (engines if record.is_engine else captures).append(summary)
+        if record.is_engine:
+            engines.append(summary)
+        else:
+            # Fold the capture's full operator table into the run's now: a real trace names
+            # hundreds of operators, and thousands of captures must not each keep theirs.
+            for role, table in summary.role_table.items():
+                for name, (s, t, c) in table.items():
+                    slot = role_ops[role][name]
+                    slot[0] += s
+                    slot[1] += t
+                    slot[2] += c
+            summary.role_table = {}
+            captures.append(summary)
         if record.status == "ok":
             done += 1
             if progress:
                 progress(done, total)
-    return _assemble(root, chosen, captures, engines, problems, top, straggler_ratio, wanted)
+    return _assemble(root, chosen, captures, engines, problems, role_ops, top, straggler_ratio, wanted)
 
 
 def _row_order(record: CaptureRecord) -> tuple[int, str, int, float]:
@@ -345,9 +359,9 @@ def _top(table: dict[str, list[float]], limit: int) -> list[OpFigure]:
 
 
 def _assemble(root: Path, run: str | None, captures: list[CaptureSummary], engines: list[CaptureSummary],
-              problems: list[str], top: int, ratio: float, wanted: set[int] | None) -> Summary:
+              problems: list[str], role_ops: dict[str, dict[str, list[float]]], top: int, ratio: float,
+              wanted: set[int] | None) -> Summary:
     per: dict[tuple[int, str], dict[str, float]] = defaultdict(dict)
-    role_ops: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0, 0]))
     spans: dict[int, list[float]] = {}
     processes: list[str] = []
     names = process_names(c.record for c in captures)
@@ -366,12 +380,6 @@ def _assemble(root: Path, run: str | None, captures: list[CaptureSummary], engin
                 for role, seconds in item.roles.items():
                     cell = per[(step, role)]
                     cell[who] = cell.get(who, 0.0) + seconds
-        for role, table in item.role_table.items():
-            for name, (s, t, c) in table.items():
-                slot = role_ops[role][name]
-                slot[0] += s
-                slot[1] += t
-                slot[2] += c
     phases: list[RoleStep] = []
     for (step, role), cells in sorted(per.items()):
         values = list(cells.values())
