@@ -127,6 +127,8 @@ class CaptureRecord:
         """The global steps the capture covers (from ``steps``, else ``step``); empty when none."""
         steps = self._raw.get("steps")
         if type(steps) is list:
+            if len(steps) == 1 and type(steps[0]) is int:
+                return (steps[0],)  # the common case, without a generator: ls builds 100,000 of these
             return tuple(s for s in steps if type(s) is int)
         step = self._raw.get("step")
         return (step,) if type(step) is int else ()
@@ -234,6 +236,14 @@ class CaptureRecord:
             elif type(entry) is str:
                 out.append(TraceFile(entry, None))
         return tuple(out)
+
+    @property
+    def file_count(self) -> int:
+        """How many files the capture lists (as :attr:`files` would return, without building them)."""
+        value = self._raw.get("files")
+        if type(value) is not list:
+            return 0
+        return sum(1 for e in value if (type(e) is dict and type(e.get("path")) is str) or type(e) is str)
 
     @property
     def bytes(self) -> int | None:

@@ -67,8 +67,8 @@ def run(args: argparse.Namespace) -> int:
         status = record.status
         failed = failed or status == "failed"
         counts[status] = counts.get(status, 0) + 1
-        listed = record.files
-        files += len(listed)
+        listed = record.file_count
+        files += listed
         written = record.bytes
         total += written or 0
         run_id = str(record.run)
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         if shown is None:
             shown = sizes[written] = size(written)
         row = (run_id, steps_text(record), record.role or "step", who_text(record), source_text(record), status,
-               str(len(listed)), shown if listed else "-", seconds(record.duration_s),
+               str(listed), shown if listed else "-", seconds(record.duration_s),
                note(record) if status != "ok" or record.notes else "")
         rank = record.rank
         rows.append((record.begin, -1 if rank is None else rank, tuple(map(cells.setdefault, row, row))))
