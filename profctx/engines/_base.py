@@ -400,8 +400,9 @@ class HttpAdapter(EngineAdapter):
 
     def __init__(self, url: str, *, replica: int = 0, version: str | None = None,
                  api_key: str | None = None) -> None:
-        from ._http import normalise
+        from ._http import normalise, require_client
 
+        require_client()
         super().__init__(replica=replica)
         try:
             self.url = normalise(url)
