@@ -101,10 +101,10 @@ async def _request(method: str, url: str, body: Any, headers: dict[str, str], ti
     if payload is not None:
         sent["Content-Type"] = "application/json"
     try:
-        async with httpx.AsyncClient(timeout=limits, follow_redirects=False, trust_env=False) as client:
-            async with client.stream(method, url, content=payload, headers=sent) as response:
-                data = await _read(response.aiter_bytes(), limit, read_timeout, url)
-                status, encoding = response.status_code, response.encoding or "utf-8"
+        async with httpx.AsyncClient(timeout=limits, follow_redirects=False, trust_env=False) as client, \
+                client.stream(method, url, content=payload, headers=sent) as response:
+            data = await _read(response.aiter_bytes(), limit, read_timeout, url)
+            status, encoding = response.status_code, response.encoding or "utf-8"
     except httpx.ConnectError as exc:
         raise Unreachable(f"cannot connect to {_origin(url)}: {exc}") from exc
     except httpx.TimeoutException as exc:
