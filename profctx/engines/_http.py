@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -101,7 +102,9 @@ async def _request(method: str, url: str, body: Any, headers: dict[str, str], ti
     if payload is not None:
         sent["Content-Type"] = "application/json"
     try:
-        async with httpx.AsyncClient(timeout=limits, follow_redirects=False, trust_env=False) as client, \
+        # The system trust store (as Python's ssl module loads it), not a bundled one; no proxy from the env.
+        async with httpx.AsyncClient(timeout=limits, follow_redirects=False, trust_env=False,
+                                     verify=ssl.create_default_context()) as client, \
                 client.stream(method, url, content=payload, headers=sent) as response:
             data = await _read(response.aiter_bytes(), limit, read_timeout, url)
             status, encoding = response.status_code, response.encoding or "utf-8"
