@@ -163,7 +163,8 @@ def launch_hint(version: str | None) -> str:
 def _translate(exc: BaseException, version: str | None) -> BaseException:
     if type(exc).__name__ == "ProfilerAlreadyActiveError":
         return AlreadyActive(f"the engine already has a profiling session open ({exc})")
-    if isinstance(exc, RuntimeError) and "Profiling is not enabled" in str(exc):
+    # The worker raises RuntimeError; through the engine core's RPC it arrives as a plain Exception.
+    if isinstance(exc, Exception) and "Profiling is not enabled" in str(exc):
         return EngineError(_not_enabled(version))
     return exc
 
@@ -197,6 +198,9 @@ class _InProcess(EngineAdapter):
     def _folder(self, request: EngineRequest) -> str:
         return self.trace_dir or default_trace_dir(request.save_path, request.replica)
 
+    def planned_folder(self, request: EngineRequest) -> str | None:
+        return self._folder(request)
+
     async def _invoke(self, name: str, kwargs: Mapping[str, Any]) -> None:
         raise NotImplementedError
 
@@ -207,7 +211,7 @@ class _InProcess(EngineAdapter):
         except Exception as exc:
             raise _translate(exc, self._version) from exc
         version = self._version or f"{self.capabilities.range} (from the start_profile signature)"
-        return Outcome(notes, self._folder(request), version, facts=[_folder_note()])
+        return _started(notes, self._folder(request), version, request, self.capabilities)
 
     async def _stop(self, request: EngineRequest) -> Outcome:
         try:
@@ -219,6 +223,16 @@ class _InProcess(EngineAdapter):
 
 def _folder_note() -> str:
     return "vLLM writes into the folder fixed at its launch (torch_profiler_dir); files carry the prefix"
+
+
+def _started(notes: list[str], folder: str, version: str | None, request: EngineRequest,
+             caps: VLLMCapabilities) -> Outcome:
+    """Return the outcome of a start: where files land and how this capture's files are told apart."""
+    if caps.prefix and caps.prefix_each_session is True:
+        # vLLM names worker traces '{prefix}_{rank suffix}...'.
+        return Outcome(notes, folder, version, facts=[_folder_note()], files_by="prefix",
+                       prefix=profile_prefix(request.name) + "_")
+    return Outcome(notes, folder, version, facts=[_folder_note()], files_by="time")
 
 
 class VLLMAsyncAdapter(_InProcess):
@@ -315,8 +329,10 @@ class VLLMHttpAdapter(HttpAdapter):
         kwargs, more = _session(request_, caps)
         notes += more
         await self._post("/start_profile", kwargs if caps.http_body else None, request_.start_timeout)
-        folder = self.trace_dir or default_trace_dir(request_.save_path, request_.replica)
-        return Outcome(notes, folder, self._version, facts=[_folder_note()])
+        return _started(notes, self.planned_folder(request_), self._version, request_, caps)
+
+    def planned_folder(self, request: EngineRequest) -> str:
+        return self.trace_dir or default_trace_dir(request.save_path, request.replica)
 
     async def _stop(self, request_: EngineRequest) -> Outcome:
         await self._post("/stop_profile", None, request_.stop_timeout)
