@@ -48,6 +48,12 @@ def parse_version(version: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
+def version_numbers(version: str) -> tuple[int, ...]:
+    """Return every leading number of ``version``: ``"0.10.1rc2"`` -> ``(0, 10, 1)``."""
+    match = re.match(r"\s*v?(\d+(?:\.\d+)*)", str(version))
+    return tuple(int(x) for x in match.group(1).split(".")) if match else ()
+
+
 def profile_prefix(name: str) -> str:
     """Return ``name`` made acceptable to vLLM's ``profile_prefix`` check.
 
@@ -397,6 +403,7 @@ def launch_settings(
                 raise ConfigError("version", None, "the vLLM version of the server (vllm is not installed here)")\
                     from None
     v = parse_version(version)
+    full = version_numbers(version)
     if v < (0, 10):
         raise ConfigError("version", version, "vLLM 0.10 or newer")
     engines = config.engines
@@ -411,16 +418,25 @@ def launch_settings(
     args: tuple[str, ...] = ()
     profiler_config: dict[str, Any] | None = None
     if v <= (0, 15):
-        env = {
-            "VLLM_TORCH_PROFILER_DIR": folder,
-            "VLLM_TORCH_PROFILER_RECORD_SHAPES": "1" if "shapes" in contents else "0",
-            "VLLM_TORCH_PROFILER_WITH_PROFILE_MEMORY": "1" if "memory" in contents else "0",
-            "VLLM_TORCH_PROFILER_WITH_STACK": "1" if "stack" in contents else "0",
-        }
-        if v >= (0, 12) and (delay or count):
-            env["VLLM_PROFILER_DELAY_ITERS"] = str(delay)
-            env["VLLM_PROFILER_MAX_ITERS"] = str(count)
+        env = {"VLLM_TORCH_PROFILER_DIR": folder}
+        if full[:3] != (0, 10, 0):
+            env.update({
+                "VLLM_TORCH_PROFILER_RECORD_SHAPES": "1" if "shapes" in contents else "0",
+                "VLLM_TORCH_PROFILER_WITH_PROFILE_MEMORY": "1" if "memory" in contents else "0",
+                "VLLM_TORCH_PROFILER_WITH_STACK": "1" if "stack" in contents else "0",
+            })
+        else:
+            notes.append(f"vLLM {version} reads only VLLM_TORCH_PROFILER_DIR: it records stacks and no shapes "
+                         "or memory whatever engines.contents says (the other variables need 0.10.1+)")
+        if v >= (0, 12):
+            # The frontend's own CPU profiler would run a second torch profiler in the driver process.
             env["VLLM_TORCH_PROFILER_DISABLE_ASYNC_LLM"] = "1"
+            if delay or count:
+                env["VLLM_PROFILER_DELAY_ITERS"] = str(delay)
+                env["VLLM_PROFILER_MAX_ITERS"] = str(count)
+        elif v >= (0, 11):
+            notes.append(f"vLLM {version}'s AsyncLLM always runs its own CPU torch profiler in the process that "
+                         "holds it: do not run profctx's torch backend in that process (tool='noop' there)")
     if v >= (0, 13):
         profiler_config = {
             "profiler": "torch",
@@ -428,14 +444,17 @@ def launch_settings(
             "torch_profiler_with_stack": "stack" in contents,
             "torch_profiler_record_shapes": "shapes" in contents,
             "torch_profiler_with_memory": "memory" in contents,
+            # Off always: the frontend's CPU profiler is a second torch profiler in the process holding
+            # AsyncLLM, which crashes next to profctx's own (and records no engine step).
+            "ignore_frontend": True,
         }
         if delay or count:
-            profiler_config.update(delay_iterations=delay, max_iterations=count, ignore_frontend=True)
+            profiler_config.update(delay_iterations=delay, max_iterations=count)
         activities = [a for c, a in (("cpu", "CPU"), ("cuda", "CUDA")) if c in contents]
-        if activities and v >= (0, 33):
+        if activities and v >= (0, 32):
             profiler_config["torch_profiler_activities"] = activities
         args = ("--profiler-config", json.dumps(profiler_config, separators=(",", ":")))
-    if any(c in contents for c in ("cpu", "cuda")) and v < (0, 33):
+    if any(c in contents for c in ("cpu", "cuda")) and v < (0, 32):
         notes.append(f"vLLM {version} records its platform's default activities (CPU and CUDA on GPUs); "
-                     "choosing them needs 0.33+")
+                     "choosing them needs 0.32+")
     return LaunchSettings(str(version), folder, args, env, profiler_config, tuple(notes))
