@@ -548,7 +548,8 @@ def _found(outcome: Outcome | None, save_path: Path, start_wall: float,
             continue
         if by == "prefix" and prefix and not name.startswith(prefix):
             continue
-        if by == "time" and not start_wall - 1.0 <= stat.st_mtime <= end + 1.0:
+        # In a shared launch folder a rerun writes the same names again: the write time tells them apart.
+        if by in ("prefix", "time") and not start_wall - 0.5 <= stat.st_mtime <= end + 1.0:
             continue
         try:
             shown = path.relative_to(save_path).as_posix()

@@ -36,14 +36,18 @@ NOT_IN_PROGRESS = "Profiling is not in progress. Call /start_profile first."
 _ALREADY = "Profiling is already in progress"
 
 #: ``start_profile`` fields by the SGLang version that introduced them.
+#: Read from the ``ProfileReq`` of each released wheel.
 _FIELDS_SINCE: tuple[tuple[tuple[int, int, int], tuple[str, ...]], ...] = (
     ((0, 4, 9), ("output_dir", "num_steps", "activities", "profile_by_stage", "with_stack", "record_shapes")),
-    ((0, 5, 2), ("start_step",)),
-    ((0, 5, 5), ("merge_profiles",)),
-    ((0, 5, 10), ("profile_prefix", "profile_stages")),
+    ((0, 4, 10), ("start_step",)),
+    ((0, 5, 4), ("merge_profiles",)),
+    ((0, 5, 6), ("profile_prefix",)),
+    ((0, 5, 10), ("profile_stages",)),
     ((0, 5, 15), ("profile_id",)),
     ((0, 5, 19), ("detailed_annotations",)),
 )
+#: ``sglang.Engine.start_profile`` takes keyword arguments from this version (none before).
+ENGINE_KWARGS_SINCE = (0, 5, 3)
 _BASE_FIELDS = frozenset(_FIELDS_SINCE[0][1])
 
 
@@ -78,17 +82,19 @@ def start_arguments(
     activities = [a for c, a in (("cpu", "CPU"), ("cuda", "GPU"), ("memory", "MEM")) if c in request.contents]
     if activities:
         args["activities"] = activities
+    # SGLang reads start_step=0 as "no start step": the capture starts now.
+    start_step = request.absolute_start_step or None
     if request.count:
         num_steps = int(request.count)
-        immediate = request.absolute_start_step is None and not request.by_stage
+        immediate = start_step is None and not request.by_stage
         older = None if version is None else parse_version(version) < (0, 5, 16)
         if immediate and older:
             num_steps += 1  # before 0.5.16 SGLang records num_steps - 1 batches in this mode
         elif immediate and older is None:
             notes.append("SGLang before 0.5.16 records count-1 batches; give version= to correct for it")
         args["num_steps"] = num_steps
-    if request.absolute_start_step is not None:
-        args["start_step"] = int(request.absolute_start_step)
+    if start_step is not None:
+        args["start_step"] = int(start_step)
     if request.by_stage:
         args["profile_by_stage"] = True
     if request.merge_profiles:
@@ -122,11 +128,11 @@ def _check(engines: EngineConfig, version: str | None) -> None:
     if version is None:
         return
     fields = fields_for_version(version)
-    if engines.absolute_start_step is not None and "start_step" not in fields:
+    if engines.absolute_start_step and "start_step" not in fields:
         raise ConfigError("engines.absolute_start_step", engines.absolute_start_step,
-                          f"unset: SGLang {version} has no start_step (it needs 0.5.2+)")
+                          f"unset: SGLang {version} has no start_step (it needs 0.4.10+)")
     if engines.merge_profiles and "merge_profiles" not in fields:
-        raise ConfigError("engines.merge_profiles", True, f"false: SGLang {version} cannot merge (needs 0.5.5+)")
+        raise ConfigError("engines.merge_profiles", True, f"false: SGLang {version} cannot merge (needs 0.5.4+)")
 
 
 def _installed_version(obj: object) -> str | None:
