@@ -397,7 +397,8 @@ class EngineAdapter(ABC):
         except BaseException as exc:
             shown = _plain(exc, request.start_timeout)
             runtime.record({**base, "event": "finished", "status": "failed", "end_time": time.time(),
-                            "start_time": start_wall, "error": _error(shown), "notes": []})
+                            "start_time": start_wall, "duration_s": round(time.time() - start_wall, 6),
+                            "files": [], "bytes": 0, "error": _error(shown), "notes": []})
             if isinstance(exc, Exception):
                 runtime.failure(f"engine {self.describe()} start", shown)
                 return False
@@ -434,8 +435,9 @@ class EngineAdapter(ABC):
         except BaseException as exc:
             shown = _plain(exc, request.stop_timeout)
             if runtime is not None:
-                runtime.record({**base, "event": "finished", "status": "failed", "end_time": time.time(),
-                                "error": _error(shown), "notes": notes})
+                found, more = _found(started, runtime.save_path, start_wall, base)
+                runtime.record({**base, **found, "event": "finished", "status": "failed", "end_time": time.time(),
+                                "error": _error(shown), "notes": [*notes, *more]})
             if isinstance(exc, Exception):
                 if runtime is not None:
                     runtime.failure(f"engine {self.describe()} stop", shown)

