@@ -244,3 +244,34 @@ def test_request_round_trips_for_remote_engines(tmp_path: Path) -> None:
                    "sglang", 3)
     assert EngineRequest.from_dict(json.loads(json.dumps(request.to_dict()))) == request
     assert request.folder == f"{tmp_path}/step000007/train/rollout/sglang-replica3"
+
+
+def test_the_server_version_is_asked_so_old_servers_get_the_count_correction(tmp_path: Path) -> None:
+    server = SGLangServer("0.5.12")
+    try:
+        configure(tmp_path, engines={"count": 3})
+        adapter = SGLangHttpAdapter(server.url)  # no version given
+        attach(adapter)
+        with profile_step(1), profile_step(role="rollout"):
+            server.scheduler.run_batch(6)
+        assert adapter.version == "0.5.12"
+        body = json.loads(next(p for p in server.paths if p[1] == "/start_profile")[2])
+        assert body["num_steps"] == 4 and "profile_id" not in body
+        assert _trace(server.scheduler.files[0])["batches"] == 3
+        [record] = engine_records(tmp_path)
+        assert record["version"] == "0.5.12" and record["files"]
+    finally:
+        server.close()
+
+
+def test_an_engine_that_runs_on_get_event_loop_starts_from_a_plain_with(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SGLANG_TORCH_PROFILER_DIR", str(tmp_path / "default"))
+    engine = sg.Engine_0_4_9()
+    configure(tmp_path)
+    attach(SGLangEngineAdapter(engine, version="0.4.9"))
+    with profile_step(1), profile_step(role="rollout"):
+        assert engine.scheduler.in_progress
+    [record] = engine_records(tmp_path)
+    assert record["status"] == "ok", record.get("error")
+    assert engine.scheduler.files

@@ -242,12 +242,21 @@ class Engine_0_4_9:  # noqa: N801
     def __init__(self) -> None:
         self.scheduler = Scheduler(self.version)
 
+    # As 0.4.9-0.5.3 do: the call runs on asyncio.get_event_loop(), which a thread without a loop lacks.
     def start_profile(self) -> None:
+        loop = asyncio.get_event_loop()
+        loop.run_until_complete(self._start())
+
+    def stop_profile(self) -> None:
+        loop = asyncio.get_event_loop()
+        loop.run_until_complete(self._stop())
+
+    async def _start(self) -> None:
         ok, message = self.scheduler.start(_tokenizer_defaults(ProfileReq()))
         if not ok:
             raise RuntimeError(message)
 
-    def stop_profile(self) -> None:
+    async def _stop(self) -> None:
         ok, message = self.scheduler.stop()
         if not ok:
             raise RuntimeError(message)
