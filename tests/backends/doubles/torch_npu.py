@@ -376,6 +376,7 @@ def install(monkeypatch: pytest.MonkeyPatch, *, npu_available: bool = True) -> N
         monkeypatch.setitem(sys.modules, name, module)
     # The analysis runs in a child process: let its `import torch_npu` find this double too.
     here = Path(__file__).resolve()
-    paths = [str(here.parent / "npu_child"), str(here.parents[2]), str(here.parents[3]), os.environ.get("PYTHONPATH", "")]
+    paths = [str(here.parent / "npu_child"), str(here.parents[2]), str(here.parents[3]),
+             os.environ.get("PYTHONPATH", "")]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
     return state
