@@ -249,25 +249,33 @@ class EngineAdapter(ABC):
     async def _settle_late_start(self, call: asyncio.Future[Outcome], request: EngineRequest,
                                  late: Report | None) -> None:
         try:
-            try:
-                outcome = await asyncio.wait_for(call, request.stop_timeout)
-            except asyncio.TimeoutError:
-                state = (f"the engine's start never answered (waited start_timeout + stop_timeout, "
-                         f"{request.start_timeout + request.stop_timeout:g} s): it may be profiling; stop it by hand")
-                _report(late, "failed", state, None)
+            done, _ = await asyncio.wait({call}, timeout=request.stop_timeout)
+            if not done:
+                _report(late, "failed", "the engine's start never answered (waited start_timeout + stop_timeout, "
+                        f"{request.start_timeout + request.stop_timeout:g} s): it may be profiling; stop it by hand",
+                        None)
                 return
-            except Exception as exc:  # noqa: BLE001 - recorded: the engine refused after all
-                _report(late, "failed", f"the start failed after start_timeout, so the engine is not profiling: "
-                        f"{_error(exc)}", None)
+            error = call.exception()
+            if error is not None and not isinstance(error, (TimeoutError, ConnectionError)):
+                _report(late, "failed", "the start failed after start_timeout, so the engine is not profiling: "
+                        f"{_error(error)}", None)
                 return
+            outcome = call.result() if error is None else None
             try:
                 stopped = await asyncio.wait_for(asyncio.shield(self._stop(request)), request.stop_timeout)
             except Exception as exc:  # noqa: BLE001 - recorded with the engine's state
-                _report(late, "failed", "the start answered after start_timeout and profctx's stop then failed "
-                        f"({_error(_plain(exc, request.stop_timeout))}): the engine may still be profiling", outcome)
+                state = ("the start answered after start_timeout and profctx's stop then failed "
+                         f"({_error(_plain(exc, request.stop_timeout))}): the engine may still be profiling")
+                if error is not None:
+                    state = (f"the start's answer was lost ({_error(error)}); profctx's stop, sent in case it "
+                             f"took effect, failed ({_error(exc)}): the engine is most likely not profiling")
+                _report(late, "failed", state, outcome)
                 return
-            _report(late, "failed", "the start answered after start_timeout; profctx stopped the engine at once "
-                    "(the trace covers no training)", _merged(outcome, stopped))
+            state = "the start answered after start_timeout; profctx stopped the engine at once (no training in it)"
+            if error is not None:
+                state = (f"the start's answer was lost ({_error(error)}); profctx stopped the engine in case it "
+                         "took effect")
+            _report(late, "failed", state, _merged(outcome, stopped))
         finally:
             with self._lock:
                 self._busy = False

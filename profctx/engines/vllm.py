@@ -334,7 +334,9 @@ class VLLMHttpAdapter(HttpAdapter):
                                     caps.http_body, caps.prefix_each_session)
         kwargs, more = _session(request_, caps)
         notes += more
-        await self._post("/start_profile", kwargs if caps.http_body else None, request_.start_timeout)
+        # The HTTP call may outlive start_timeout (profctx then stops the engine once it answers).
+        await self._post("/start_profile", kwargs if caps.http_body else None,
+                         request_.start_timeout + request_.stop_timeout)
         return _started(notes, self.planned_folder(request_), self._version, request_, caps)
 
     def planned_folder(self, request: EngineRequest) -> str:
