@@ -327,7 +327,9 @@ class EngineAdapter(ABC):
 
     async def settle(self, timeout: float | None = None) -> None:
         """Wait (at most ``timeout`` seconds) for late starts and stops still being settled."""
-        pending = list(self._settling)
+        # Only tasks of this loop can be awaited here (a start made in another loop settles there).
+        loop = asyncio.get_running_loop()
+        pending = [t for t in self._settling if t.get_loop() is loop]
         if pending:
             await asyncio.wait(pending, timeout=timeout)
 
