@@ -90,7 +90,7 @@ def main() -> None:
     rows.append(("AsyncLLM", direct, through))
     engine.shutdown()
 
-    print(f"| engine | direct start+stop, median ms | through profctx, median ms | profctx adds, ms | pairs |")
+    print("| engine | direct start+stop, median ms | through profctx, median ms | profctx adds, ms | pairs |")
     print("|---|---:|---:|---:|---:|")
     for name, d, t in rows:
         md, mt = statistics.median(d), statistics.median(t)
