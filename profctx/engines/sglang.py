@@ -338,6 +338,10 @@ class SGLangEngineAdapter(_SGLang):
     def check(self, engines: EngineConfig) -> None:
         _check(engines, self._version)
 
+    def planned_folder(self, request: EngineRequest) -> str | None:
+        # Without options the engine writes where its own environment says: not known here.
+        return request.folder if self.takes_kwargs else None
+
     async def _send_start(self, args: dict[str, Any]) -> None:
         start = self.target.start_profile
         try:

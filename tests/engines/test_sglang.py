@@ -158,6 +158,9 @@ def test_engine_keywords_and_engine_without_arguments(tmp_path: Path, monkeypatc
     records = {r["replica"]: r for r in engine_records(tmp_path)}
     assert records[0]["status"] == records[1]["status"] == "ok"
     assert any("takes no options" in n for n in records[1]["notes"])
+    assert records[1]["folder"] is None and records[1]["files"] == []  # it chose its own folder
+    assert records[0]["files"] and all(f["path"].startswith("step000001/rollout/sglang-replica0/")
+                                       for f in records[0]["files"])
     assert old.scheduler.files and Path(old.scheduler.files[0]).parent == tmp_path / "default"
 
 

@@ -16,6 +16,7 @@ from profctx.engines import VLLMAdapter, attach, launch_settings
 from profctx.engines._loop import run_sync
 
 from ..conftest import configure, engine_records
+from ..doubles import vllm as vd
 from . import model
 from .conftest import engine_kwargs
 
@@ -143,5 +144,26 @@ def test_an_engine_launched_without_profiling_gets_the_launch_hint(vllm: Any, ti
         [record] = engine_records(tmp_path)
         assert record["status"] == "failed"
         assert "launched without profiling" in record["error"] and "launch_settings" in record["error"]
+        # The double raises what the real engine raises here.
+        with pytest.raises(Exception) as real:
+            plain.start_profile()
+        with pytest.raises(Exception) as double:
+            vd.LLM_0_32(None).start_profile()
+        assert type(real.value) is type(double.value) is Exception
+        assert "Profiling is not enabled" in str(real.value) and "Profiling is not enabled" in str(double.value)
     finally:
         plain.llm_engine.engine_core.shutdown()
+
+
+def test_the_double_refuses_a_second_start_as_the_real_engine_does(llm: Any, tmp_path: Path) -> None:
+    double = vd.LLM_0_32(str(tmp_path))
+    llm.start_profile("first")
+    double.start_profile("first")
+    try:
+        with pytest.raises(Exception) as real:
+            llm.start_profile("second")
+        with pytest.raises(Exception) as fake:
+            double.start_profile("second")
+        assert type(real.value).__name__ == type(fake.value).__name__ == "ProfilerAlreadyActiveError"
+    finally:
+        llm.stop_profile()
