@@ -11,7 +11,7 @@ NPU), and the process group (a one-process gloo group, real torch.distributed). 
 profiler is the real one (CPU activity). A "batch" is a forward-count increment, a small
 run of the real predicate, then a small CPU op inside ``record_function("batch N")``, in the
 order ``Scheduler.run_batch`` uses. Covers the versions whose scheduler profiler is the
-``SchedulerProfilerManager`` component (0.5.16 and later).
+``SchedulerProfilerMixin`` (0.5.x before 0.5.16) or the ``SchedulerProfilerManager`` component.
 """
 
 from __future__ import annotations
@@ -73,7 +73,13 @@ def load(root: Path) -> dict[str, Any]:
 
     managers = root / "sglang" / "srt" / "managers"
     io = _module("sglang.srt.managers.io_struct")
-    io.__dict__.update(msgspec=msgspec, Enum=enum.Enum, Optional=Any, List=list, Dict=dict, Any=Any,
+    import abc
+    import collections
+    import dataclasses
+    import uuid
+
+    io.__dict__.update(msgspec=msgspec, Enum=enum.Enum, ABC=abc.ABC, dataclass=dataclasses.dataclass,
+                       field=dataclasses.field, uuid=uuid, Counter=collections.Counter,
                        msgspec_struct_pydantic_core_schema=lambda *a: None)
     import typing
 
@@ -121,6 +127,7 @@ def load(root: Path) -> dict[str, Any]:
         "sglang.srt.runtime_context": _module("r", get_device=lambda: device, get_parallel=lambda: parallel,
                                               get_server_args=lambda: device),
         "sglang.srt.utils": _module("u", is_mps=lambda: False, is_npu=lambda: False),
+        "sglang.srt.server_args": _module("sa", get_global_server_args=lambda: device),
         "sglang.srt.utils.profile_merger": _module("m", ProfileMerger=None),
         "sglang.srt.utils.profile_utils": _module("pu", ProfileManager=None),
         "sglang.srt.utils.torch_npu_patch_utils": _module("t", apply_torch_npu_patches=None),
@@ -129,6 +136,8 @@ def load(root: Path) -> dict[str, Any]:
     sys.modules.update(stubs)
     try:
         path = managers / "scheduler_components" / "profiler_manager.py"
+        if not path.exists():  # 0.5.x before the component: a mixin of the Scheduler class
+            path = managers / "scheduler_profiler_mixin.py"
         pm = _module("sglang_real_profiler_manager", __file__=str(path))
         sys.modules[pm.__name__] = pm
         exec(compile(path.read_text(), str(path), "exec"), pm.__dict__)
@@ -139,13 +148,16 @@ def load(root: Path) -> dict[str, Any]:
             else:
                 sys.modules[key] = value
 
-    tokenizer_path = managers / "tokenizer_control_mixin.py"
+    tokenizer_path, tokenizer_class = managers / "tokenizer_control_mixin.py", "TokenizerControlMixin"
+    if not tokenizer_path.exists():  # 0.4.x: the methods of TokenizerManager itself
+        tokenizer_path, tokenizer_class = managers / "tokenizer_manager.py", "TokenizerManager"
     tok_ns: dict[str, Any] = {"ProfileReq": io.ProfileReq, "ProfileReqType": io.ProfileReqType, "Optional": Any,
+                              "List": list,
                               "TokenizerManager": object, "time": __import__("time"),
                               "get_bool_env_var": lambda name, default="false":
                               os.environ.get(name, default).lower() in ("true", "1")}
     exec(compile("from __future__ import annotations\n" + _functions_source(
-        tokenizer_path, "TokenizerControlMixin", ("start_profile", "stop_profile", "_execute_profile")),
+        tokenizer_path, tokenizer_class, ("start_profile", "stop_profile", "_execute_profile")),
         str(tokenizer_path), "exec"), tok_ns)
     return {"io": io, "pm": pm, "tok": tok_ns, "torch": torch, "group": group}
 
@@ -155,17 +167,38 @@ def build(real: dict[str, Any]) -> Any:
     torch = real["torch"]
     pm = real["pm"]
 
+    mixin = getattr(pm, "SchedulerProfilerMixin", None)
+
+    class MixinScheduler(mixin or object):  # type: ignore[misc]
+        """The Scheduler's own profiling state and methods, as the mixin gives them (0.5.12)."""
+
+        def __init__(self, owner: Any) -> None:
+            self.owner, self.tp_rank, self.gpu_id, self.dp_tp_cpu_group = owner, 0, 0, real["group"]
+            # 0.4.10 spells it init_profier.
+            (getattr(self, "init_profiler", None) or self.init_profier)()
+
+        @property
+        def forward_ct(self) -> int:
+            return int(self.owner.forward_ct)
+
+        def _profile(self, req: Any) -> Any:
+            return self.profile(req)
+
     class Scheduler:
         def __init__(self) -> None:
             self.forward_ct = 0
-            fields = pm.SchedulerProfilerManager.__dataclass_fields__
-            kwargs: dict[str, Any] = {"get_forward_ct": lambda: self.forward_ct}
-            if "ps" in fields:
-                kwargs["ps"] = types.SimpleNamespace(gpu_id=0, tp_rank=0, dp_rank=0, pp_rank=0, moe_ep_rank=0,
-                                                     attn_dp_rank=0, tp_size=1, dp_size=1, pp_size=1, moe_ep_size=1)
-            if "dp_tp_cpu_group" in fields and fields["dp_tp_cpu_group"].init:
-                kwargs["dp_tp_cpu_group"] = real["group"]
-            self.profiler = pm.SchedulerProfilerManager(**kwargs)
+            if mixin is not None:
+                self.profiler: Any = MixinScheduler(self)
+            else:
+                fields = pm.SchedulerProfilerManager.__dataclass_fields__
+                kwargs: dict[str, Any] = {"get_forward_ct": lambda: self.forward_ct}
+                if "ps" in fields:
+                    kwargs["ps"] = types.SimpleNamespace(gpu_id=0, tp_rank=0, dp_rank=0, pp_rank=0, moe_ep_rank=0,
+                                                         attn_dp_rank=0, tp_size=1, dp_size=1, pp_size=1,
+                                                         moe_ep_size=1)
+                if "dp_tp_cpu_group" in fields and fields["dp_tp_cpu_group"].init:
+                    kwargs["dp_tp_cpu_group"] = real["group"]
+                self.profiler = pm.SchedulerProfilerManager(**kwargs)
 
             # SGLang's scheduler handles requests and batches on one thread of its own process.
             self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="scheduler")

@@ -1,4 +1,4 @@
-"""profctx's SGLang adapter against SGLang's real tokenizer and scheduler profiling code (0.5.16+).
+"""profctx's SGLang adapter against SGLang's real tokenizer and scheduler profiling code (0.5.x).
 
 Each version runs in its own process (``scenarios.py``): the wheel's code is loaded from
 ``.sglang/<version>`` (see ``.ci/run``). Needs ``msgspec`` next to torch (the real-vLLM
@@ -19,9 +19,12 @@ import pytest
 from profctx.engines.sglang import parse_version
 
 ROOT = Path(os.environ.get("PROFCTX_SGLANG_DIR") or Path(__file__).resolve().parents[3] / ".sglang")
-VERSIONS = sorted((p.name for p in ROOT.glob("*")
-                   if (p / "sglang/srt/managers/scheduler_components/profiler_manager.py").is_file()),
-                  key=parse_version) if ROOT.is_dir() else []
+_LAYOUTS = ("sglang/srt/managers/scheduler_components/profiler_manager.py",
+            "sglang/srt/managers/scheduler_profiler_mixin.py")
+# 0.4.x keeps these methods in TokenizerManager and a mixin the harness loads too, but the run ends in a
+# segfault inside torch's profiler there (not yet explained), so 0.4.x is checked from source only.
+VERSIONS = sorted((p.name for p in ROOT.glob("*") if any((p / f).is_file() for f in _LAYOUTS)
+                   and parse_version(p.name) >= (0, 5, 0)), key=parse_version) if ROOT.is_dir() else []
 REQUIRED = os.environ.get("PROFCTX_REQUIRE_SGLANG") == "1"
 
 try:
@@ -32,7 +35,7 @@ except ImportError:
     pytest.skip("msgspec is not installed (the real-vLLM environment has it)", allow_module_level=True)
 if not VERSIONS:
     if REQUIRED:
-        raise RuntimeError(f"PROFCTX_REQUIRE_SGLANG=1 but no SGLang 0.5.16+ wheels under {ROOT}")
+        raise RuntimeError(f"PROFCTX_REQUIRE_SGLANG=1 but no SGLang 0.5.x wheels under {ROOT}")
     pytest.skip(f"no SGLang wheels under {ROOT} (see .ci/run)", allow_module_level=True)
 
 
@@ -58,7 +61,8 @@ def test_count_records_exactly_count_batches_and_lists_the_file(observed: dict[s
     scenario = observed["count"]
     [record] = scenario["records"]
     assert record["status"] == "ok" and [Path(f["path"]).name for f in record["files"]] == list(scenario["traces"])
-    assert _trace(scenario) == ["batch 3", "batch 4", "batch 5"]  # started after batch 2, count 3
+    # Started after batch 2, count 3: exactly three, before 0.5.16 too (profctx asks for one more there).
+    assert _trace(scenario) == ["batch 3", "batch 4", "batch 5"]
     assert not scenario["in_progress"]
 
 
