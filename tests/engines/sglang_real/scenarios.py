@@ -10,8 +10,9 @@ tokenizer and scheduler (a direct call), the parallel/device/env lookups (rank 0
 NPU), and the process group (a one-process gloo group, real torch.distributed). The torch
 profiler is the real one (CPU activity). A "batch" is a forward-count increment, a small
 run of the real predicate, then a small CPU op inside ``record_function("batch N")``, in the
-order ``Scheduler.run_batch`` uses. Covers the versions whose scheduler profiler is the
-``SchedulerProfilerMixin`` (0.5.x before 0.5.16) or the ``SchedulerProfilerManager`` component.
+order ``Scheduler.run_batch`` uses. The scheduler profiler is the ``SchedulerProfilerManager``
+component (0.5.16+), the ``SchedulerProfilerMixin`` (0.4.10-0.5.15), or the ``Scheduler``
+class's own methods (0.4.9), taken out of ``scheduler.py`` unchanged.
 """
 
 from __future__ import annotations
@@ -136,11 +137,22 @@ def load(root: Path) -> dict[str, Any]:
     sys.modules.update(stubs)
     try:
         path = managers / "scheduler_components" / "profiler_manager.py"
-        if not path.exists():  # 0.5.x before the component: a mixin of the Scheduler class
+        if not path.exists():  # before the component: a mixin of the Scheduler class
             path = managers / "scheduler_profiler_mixin.py"
         pm = _module("sglang_real_profiler_manager", __file__=str(path))
         sys.modules[pm.__name__] = pm
-        exec(compile(path.read_text(), str(path), "exec"), pm.__dict__)
+        if path.exists():
+            exec(compile(path.read_text(), str(path), "exec"), pm.__dict__)
+        else:  # 0.4.9: methods of the Scheduler class itself, taken out of scheduler.py as they are
+            path = managers / "scheduler.py"
+            body = _functions_source(path, "Scheduler", ("init_profier", "profile", "init_profile", "start_profile",
+                                                         "stop_profile", "_profile_batch_predicate"))
+            pm.__dict__.update(torch=torch, os=os, time=__import__("time"), Path=Path, Optional=Any, List=list,
+                               logger=__import__("logging").getLogger("sglang"), ForwardMode=ForwardMode,
+                               ProfileReq=io.ProfileReq, ProfileReqType=io.ProfileReqType,
+                               ProfileReqOutput=io.ProfileReqOutput)
+            code = "class SchedulerProfilerMixin:\n" + "\n".join("    " + line for line in body.splitlines())
+            exec(compile(code, str(path), "exec"), pm.__dict__)
     finally:
         for key, value in saved.items():
             if value is None:
@@ -173,7 +185,8 @@ def build(real: dict[str, Any]) -> Any:
         """The Scheduler's own profiling state and methods, as the mixin gives them (0.5.12)."""
 
         def __init__(self, owner: Any) -> None:
-            self.owner, self.tp_rank, self.gpu_id, self.dp_tp_cpu_group = owner, 0, 0, real["group"]
+            self.owner, self.tp_rank, self.gpu_id = owner, 0, 0
+            self.dp_tp_cpu_group = self.tp_cpu_group = real["group"]  # 0.4.10 names it tp_cpu_group
             # 0.4.10 spells it init_profier.
             (getattr(self, "init_profiler", None) or self.init_profier)()
 
@@ -272,11 +285,14 @@ def main() -> None:
         return {"records": [{k: r.get(k) for k in ("status", "error", "notes", "files")} for r in records],
                 "traces": {Path(f).name: batches(f) for f in files},
                 "in_progress": bool(prof.profile_in_progress),
-                "armed": prof.profiler_start_forward_ct}
+                "armed": getattr(prof, "profiler_start_forward_ct", None)}
 
     results["count"] = scenario("count", {"count": 3}, 2, 8)
-    results["deferred"] = scenario("deferred", {"count": 2, "absolute_start_step": 5}, 0, 8)
-    results["never_began"] = scenario("never_began", {"count": 2, "absolute_start_step": 50}, 0, 3, after=60)
+    from profctx.engines.sglang import fields_for_version
+
+    if "start_step" in fields_for_version(version):  # 0.4.10+
+        results["deferred"] = scenario("deferred", {"count": 2, "absolute_start_step": 5}, 0, 8)
+        results["never_began"] = scenario("never_began", {"count": 2, "absolute_start_step": 50}, 0, 3, after=60)
     results["zero_is_now"] = scenario("zero_is_now", {"count": 2, "absolute_start_step": 0}, 4, 6)
     print(json.dumps(results, default=str))
 
