@@ -171,7 +171,13 @@ def load(root: Path) -> dict[str, Any]:
     exec(compile("from __future__ import annotations\n" + _functions_source(
         tokenizer_path, tokenizer_class, ("start_profile", "stop_profile", "_execute_profile")),
         str(tokenizer_path), "exec"), tok_ns)
-    return {"io": io, "pm": pm, "tok": tok_ns, "torch": torch, "group": group}
+    engine_path = root / "sglang" / "srt" / "entrypoints" / "engine.py"
+    engine_ns: dict[str, Any] = {"asyncio": asyncio, "ProfileReq": io.ProfileReq,
+                                 "ProfileReqType": io.ProfileReqType}
+    exec(compile("class Engine:\n" + "\n".join(
+        "    " + line for line in _functions_source(engine_path, "Engine", ("start_profile", "stop_profile"))
+        .splitlines()), str(engine_path), "exec"), engine_ns)
+    return {"io": io, "pm": pm, "tok": tok_ns, "torch": torch, "group": group, "engine": engine_ns["Engine"]}
 
 
 def build(real: dict[str, Any]) -> Any:
@@ -288,6 +294,24 @@ def main() -> None:
                 "armed": getattr(prof, "profiler_start_forward_ct", None)}
 
     results["count"] = scenario("count", {"count": 3}, 2, 8)
+
+    # sglang.Engine's own start_profile/stop_profile (blocking; before 0.5.3 without options).
+    save = out / "engine"
+    os.environ["SGLANG_TORCH_PROFILER_DIR"] = str(out / "engine-default")
+    profctx.reset()
+    profctx.configure(steps=[1], tool="noop", save_path=str(save), exit_hooks=False, warmup=False)
+    engine = real["engine"]()
+    engine.tokenizer_manager = build(real)
+    engine.loop = asyncio.new_event_loop()  # what Engine.__init__ keeps (0.5.x)
+    from profctx.engines import SGLangEngineAdapter
+
+    attach(SGLangEngineAdapter(engine, version=version))
+    with profctx.profile_step(1), profctx.profile_step(role="rollout"):
+        engine.tokenizer_manager.scheduler.run_batch(3)
+    detach()
+    records = [r for r in _manifest.read(save) if r.get("kind") == "engine"]
+    results["engine"] = {"records": [{k: r.get(k) for k in ("status", "error", "notes", "files")} for r in records],
+                         "default_dir": sorted(p.name for p in (out / "engine-default").glob("*.trace.json.gz"))}
     from profctx.engines.sglang import fields_for_version
 
     if "start_step" in fields_for_version(version):  # 0.4.10+

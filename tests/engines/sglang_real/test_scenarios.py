@@ -87,3 +87,14 @@ def test_start_step_zero_is_now_and_counts_exactly(observed: dict[str, Any]) -> 
     scenario = observed["zero_is_now"]
     assert [r["status"] for r in scenario["records"]] == ["ok"]
     assert _trace(scenario) == ["batch 5", "batch 6"]  # started after batch 4, count 2
+
+
+def test_sglang_engine_is_driven_from_a_plain_with(observed: dict[str, Any]) -> None:
+    """Engine.start_profile before 0.5.4 runs on get_event_loop(): profctx's helper thread has one."""
+    scenario = observed["engine"]
+    [record] = scenario["records"]
+    assert record["status"] == "ok", record["error"]
+    if parse_version(observed["version"]) >= (0, 5, 3):
+        assert record["files"] and scenario["default_dir"] == []
+    else:  # no options: the engine's own folder, and the record says so
+        assert scenario["default_dir"] and any("takes no options" in n for n in record["notes"])
