@@ -291,7 +291,9 @@ def main() -> None:
         return {"records": [{k: r.get(k) for k in ("status", "error", "notes", "files")} for r in records],
                 "traces": {Path(f).name: batches(f) for f in files},
                 "in_progress": bool(prof.profile_in_progress),
-                "armed": getattr(prof, "profiler_start_forward_ct", None)}
+                "armed": getattr(prof, "profiler_start_forward_ct", None),
+                "with_stack": getattr(prof, "torch_profiler_with_stack", None),
+                "record_shapes": getattr(prof, "torch_profiler_record_shapes", None)}
 
     results["count"] = scenario("count", {"count": 3}, 2, 8)
 

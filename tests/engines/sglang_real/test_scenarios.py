@@ -98,3 +98,16 @@ def test_sglang_engine_is_driven_from_a_plain_with(observed: dict[str, Any]) -> 
         assert record["files"] and scenario["default_dir"] == []
     else:  # no options: the engine's own folder, and the record says so
         assert scenario["default_dir"] and any("takes no options" in n for n in record["notes"])
+
+
+def test_stack_and_shapes_are_off_unless_asked_and_files_are_named_per_version(observed: dict[str, Any]) -> None:
+    scenario = observed["count"]
+    assert scenario["with_stack"] is False and scenario["record_shapes"] is False  # SGLang turns both on
+    [name] = scenario["traces"]
+    v = parse_version(observed["version"])
+    if v >= (0, 5, 15):  # profile_id names the file
+        assert name == "step000001-rollout-replica0-TP-0.trace.json.gz"
+    elif v >= (0, 5, 6):  # profile_prefix, then SGLang's time-based id
+        assert name.startswith("step000001-rollout-replica0-") and name.endswith("-TP-0.trace.json.gz")
+    else:  # nothing names it: a time-based id, in the capture's own folder
+        assert name.split("-TP-0")[0].replace(".", "").isdigit()
