@@ -177,7 +177,8 @@ def load(root: Path) -> dict[str, Any]:
     exec(compile("class Engine:\n" + "\n".join(
         "    " + line for line in _functions_source(engine_path, "Engine", ("start_profile", "stop_profile"))
         .splitlines()), str(engine_path), "exec"), engine_ns)
-    return {"io": io, "pm": pm, "tok": tok_ns, "torch": torch, "group": group, "engine": engine_ns["Engine"]}
+    return {"io": io, "pm": pm, "tok": tok_ns, "torch": torch, "group": group, "engine": engine_ns["Engine"],
+            "ForwardMode": ForwardMode}
 
 
 def build(real: dict[str, Any]) -> Any:
@@ -225,13 +226,13 @@ def build(real: dict[str, Any]) -> Any:
         def submit(self, fn: Any) -> concurrent.futures.Future[Any]:
             return self.pool.submit(fn)
 
-        def run_batch(self, n: int = 1) -> None:
-            self.submit(lambda: self._batches(n)).result()
+        def run_batch(self, n: int = 1, mode: Any = None) -> None:
+            self.submit(lambda: self._batches(n, mode)).result()
 
-        def _batches(self, n: int) -> None:
+        def _batches(self, n: int, mode: Any) -> None:
             for _ in range(n):  # Scheduler.run_batch: count, then the predicate, then the forward
                 self.forward_ct += 1
-                self.profiler._profile_batch_predicate(types.SimpleNamespace(forward_mode=None))
+                self.profiler._profile_batch_predicate(types.SimpleNamespace(forward_mode=mode))
                 with torch.profiler.record_function(f"batch {self.forward_ct}"):
                     torch.ones(8).sum()
 
@@ -273,7 +274,8 @@ def main() -> None:
 
     results: dict[str, Any] = {"version": version}
 
-    def scenario(name: str, engines: dict[str, Any], before: int, during: int, after: int = 0) -> Any:
+    def scenario(name: str, engines: dict[str, Any], before: int, during: int, after: int = 0,
+                 stages: bool = False) -> Any:
         save = out / name
         profctx.reset()
         profctx.configure(steps=[1], tool="noop", save_path=str(save), exit_hooks=False, warmup=False,
@@ -282,7 +284,11 @@ def main() -> None:
         manager.scheduler.run_batch(before)
         attach(SGLangTokenizerAdapter(manager, version=version))
         with profctx.profile_step(1), profctx.profile_step(role="rollout"):
-            manager.scheduler.run_batch(during)
+            if stages:  # a prefill phase, then decode batches
+                manager.scheduler.run_batch(during, real["ForwardMode"].EXTEND)
+                manager.scheduler.run_batch(during, real["ForwardMode"].DECODE)
+            else:
+                manager.scheduler.run_batch(during)
         manager.scheduler.run_batch(after)
         detach()
         records = [r for r in _manifest.read(save) if r.get("kind") == "engine"]
@@ -296,6 +302,7 @@ def main() -> None:
                 "record_shapes": getattr(prof, "torch_profiler_record_shapes", None)}
 
     results["count"] = scenario("count", {"count": 3}, 2, 8)
+    results["by_stage"] = scenario("by_stage", {"count": 2, "by_stage": True}, 0, 4, stages=True)
 
     # sglang.Engine's own start_profile/stop_profile (blocking; before 0.5.3 without options).
     save = out / "engine"

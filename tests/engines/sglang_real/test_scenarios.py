@@ -111,3 +111,12 @@ def test_stack_and_shapes_are_off_unless_asked_and_files_are_named_per_version(o
         assert name.startswith("step000001-rollout-replica0-") and name.endswith("-TP-0.trace.json.gz")
     else:  # nothing names it: a time-based id, in the capture's own folder
         assert name.split("-TP-0")[0].replace(".", "").isdigit()
+
+
+def test_by_stage_with_count_writes_a_prefill_and_a_decode_trace(observed: dict[str, Any]) -> None:
+    scenario = observed["by_stage"]
+    [record] = scenario["records"]
+    assert record["status"] == "ok", record["error"]
+    assert len(scenario["traces"]) == 2 and len(record["files"]) == 2
+    prefill, decode = sorted(scenario["traces"].values(), key=lambda b: int(b[0].split()[1]))
+    assert prefill == ["batch 1", "batch 2"] and decode == ["batch 5", "batch 6"]
