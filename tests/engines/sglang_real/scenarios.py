@@ -275,13 +275,19 @@ def main() -> None:
     results: dict[str, Any] = {"version": version}
 
     def scenario(name: str, engines: dict[str, Any], before: int, during: int, after: int = 0,
-                 stages: bool = False) -> Any:
+                 stages: bool = False, foreign: dict[str, Any] | None = None) -> Any:
         save = out / name
         profctx.reset()
         profctx.configure(steps=[1], tool="noop", save_path=str(save), exit_hooks=False, warmup=False,
                           engines=engines)
         manager = build(real)
         manager.scheduler.run_batch(before)
+        if foreign is not None:  # someone else's deferred start, armed before profctx's
+            start = manager.start_profile
+            if "req" in start.__code__.co_varnames[:2]:
+                asyncio.run(start(real["io"].ProfileReq(output_dir=str(out / f"{name}-foreign"), **foreign)))
+            else:
+                asyncio.run(start(output_dir=str(out / f"{name}-foreign"), **foreign))
         attach(SGLangTokenizerAdapter(manager, version=version))
         with profctx.profile_step(1), profctx.profile_step(role="rollout"):
             if stages:  # a prefill phase, then decode batches
@@ -326,6 +332,8 @@ def main() -> None:
     if "start_step" in fields_for_version(version):  # 0.4.10+
         results["deferred"] = scenario("deferred", {"count": 2, "absolute_start_step": 5}, 0, 8)
         results["never_began"] = scenario("never_began", {"count": 2, "absolute_start_step": 50}, 0, 3, after=60)
+        results["overwrite"] = scenario("overwrite", {"count": 2, "absolute_start_step": 5}, 0, 8, after=100,
+                                        foreign={"start_step": 100, "num_steps": 1})
     results["zero_is_now"] = scenario("zero_is_now", {"count": 2, "absolute_start_step": 0}, 4, 6)
     print(json.dumps(results, default=str))
 

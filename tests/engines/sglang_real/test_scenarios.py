@@ -120,3 +120,10 @@ def test_by_stage_with_count_writes_a_prefill_and_a_decode_trace(observed: dict[
     assert len(scenario["traces"]) == 2 and len(record["files"]) == 2
     prefill, decode = sorted(scenario["traces"].values(), key=lambda b: int(b[0].split()[1]))
     assert prefill == ["batch 1", "batch 2"] and decode == ["batch 5", "batch 6"]
+
+
+def test_a_pending_deferred_start_is_replaced_by_profctx_start(observed: dict[str, Any]) -> None:
+    scenario = _deferred(observed, "overwrite")
+    assert [r["status"] for r in scenario["records"]] == ["ok"]  # not refused
+    # profctx's own window ran; the foreign start at batch 100 was replaced, so nothing ran there.
+    assert _trace(scenario) == ["batch 5", "batch 6"] and scenario["armed"] is None
