@@ -401,6 +401,9 @@ class ManifestReader:
         finished: set[str] = set()
         for shard in self.shards():
             waiting: dict[str, dict[str, Any]] = {}
+            # A capture may be finished more than once (an engine's late answer rewrites its
+            # record): the shard's last word wins, so finished records are yielded at its end.
+            done: dict[str, dict[str, Any]] = {}
             for record in self._shard_lines(shard):
                 key = record.get("capture")
                 key = key if type(key) is str else ""
@@ -412,14 +415,17 @@ class ManifestReader:
                     else:
                         entry.update(record)
                     continue
-                entry = waiting.pop(key, None) or pending.pop(key, None) if key else None
+                entry = (waiting.pop(key, None) or done.pop(key, None) or pending.pop(key, None)) if key else None
                 if entry is not None:
                     entry.update(record)
                     record = entry
                 record.setdefault("status", "open")
                 if key:
                     finished.add(key)
-                yield record
+                    done[key] = record
+                else:
+                    yield record
+            yield from done.values()
             pending.update(waiting)
         for key, record in pending.items():
             if key not in finished:
