@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -12,6 +11,7 @@ from pathlib import Path
 from typing import Any, Final, TextIO
 
 from .._layout import MANIFEST_DIR
+from .._plan import role_matches
 from ..manifest import CaptureRecord, ManifestReader, latest_run, runs
 
 #: Exit codes of every subcommand.
@@ -139,12 +139,7 @@ def matcher(args: argparse.Namespace) -> Callable[[CaptureRecord], bool]:
             return False
         if statuses and record.status not in statuses:
             return False
-        if patterns:
-            path = record.role or "step"
-            name = record.role_name
-            if not any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(path, p) for p in patterns):
-                return False
-        return True
+        return not patterns or role_matches(patterns, tuple((record.role or "step").split("/")))
 
     return keep
 
