@@ -220,6 +220,14 @@ class RoleBlock:
     role: str
     children: tuple[RoleBlock, ...] = ()
 
+    def paths(self, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+        """Return the role path of this block and of every nested block, in entry order."""
+        here = (*prefix, self.role)
+        out = [here]
+        for child in self.children:
+            out.extend(child.paths(here))
+        return out
+
 
 @dataclass
 class Expected:
