@@ -57,11 +57,11 @@ def cases(draw: st.DrawFn) -> tuple[dict[str, Any], list[int]]:
 
 
 def seen(got: list[Captured]) -> list[tuple[Any, ...]]:
-    return [(c.steps, c.role, c.status, c.ranges, c.markers) for c in got]
+    return [(c.kind, c.steps, c.role, c.status, c.ranges, c.markers) for c in got]
 
 
 def planned(expected: list[Expected]) -> list[tuple[Any, ...]]:
-    return [(e.steps, e.role, e.status, e.ranges, e.markers) for e in expected]
+    return [(e.key.kind, e.steps, e.role, e.status, e.ranges, e.markers) for e in expected]
 
 
 def run_real(config: dict[str, Any], steps: list[int], blocks: tuple[RoleBlock, ...]) -> list[Captured]:
@@ -108,9 +108,9 @@ def test_the_oracle_sees_a_retried_step_as_one_more_capture() -> None:
     blocks = (RoleBlock("rollout", (RoleBlock("gen"),)),)
     expected = expected_captures(config, [2, 3, 3, 4, 9], blocks)
     assert planned(expected) == [
-        ((3,), None, "ok", ["gen"], ["step 3"]),
-        ((3,), None, "ok", ["gen"], ["step 3"]),
-        ((4,), None, "ok", ["gen"], ["step 4"]),
+        ("step", (3,), None, "ok", ["gen"], ["step 3"]),
+        ("step", (3,), None, "ok", ["gen"], ["step 3"]),
+        ("step", (4,), None, "ok", ["gen"], ["step 4"]),
     ]
     assert seen(run_real(config, [2, 3, 3, 4, 9], blocks)) == planned(expected)
 
@@ -121,8 +121,8 @@ def test_the_oracle_keeps_a_contiguous_capture_open_across_a_retry() -> None:
     steps = [3, 4, 4, 5, 3]
     expected = expected_captures(config, steps, blocks)
     assert planned(expected) == [
-        ((3, 4, 5), None, "ok", ["train"] * 4, ["step 3", "step 4", "step 4", "step 5"]),
-        ((3, 4, 5), None, "ok", ["train"], ["step 3"]),
+        ("step", (3, 4, 5), None, "ok", ["train"] * 4, ["step 3", "step 4", "step 4", "step 5"]),
+        ("step", (3, 4, 5), None, "ok", ["train"], ["step 3"]),
     ]
     assert seen(run_real(config, steps, blocks)) == planned(expected)
 
