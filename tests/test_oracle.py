@@ -8,17 +8,19 @@ capture for capture: steps, role, status, ranges and markers, in order.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from profctx import ConfigError
+from profctx import ConfigError, profile_step, profiled
 from profctx.testing import Captured, Expected, RecordingBackend, RoleBlock, capture, expected_captures, replay
 from profctx.testing import strategies as pst
 
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NAMES = ["rollout", "gen", "train", "actor_update"]
 PATTERNS = st.sampled_from([(), ("rollout",), ("actor_*",), ("gen", "train"), ("train/*",), ("rollout/gen",)])
 
@@ -64,10 +66,30 @@ def planned(expected: list[Expected]) -> list[tuple[Any, ...]]:
     return [(e.key.kind, e.steps, e.role, e.status, e.ranges, e.markers) for e in expected]
 
 
-def run_real(config: dict[str, Any], steps: list[int], blocks: tuple[RoleBlock, ...]) -> list[Captured]:
+@functools.cache
+def decorated(role: str) -> Callable[[tuple[RoleBlock, ...]], None]:
+    """The role block ``role`` as a ``@profiled`` function that enters the blocks nested in it."""
+    @profiled(role=role)
+    def block(children: tuple[RoleBlock, ...]) -> None:
+        for child in children:
+            decorated(child.role)(child.children)
+    return block
+
+
+def replay_decorated(steps: list[int], blocks: tuple[RoleBlock, ...]) -> None:
+    """``replay`` with every role block a ``@profiled`` call instead of a ``with`` block."""
+    for step in steps:
+        with profile_step(step):
+            for block in blocks:
+                decorated(block.role)(block.children)
+
+
+def run_real(
+    config: dict[str, Any], steps: list[int], blocks: tuple[RoleBlock, ...], run: Callable[..., None] = replay
+) -> list[Captured]:
     RecordingBackend.clear()
     with capture(**config) as got:
-        replay(steps, blocks)
+        run(steps, blocks)
     assert RecordingBackend.max_live <= 1, "two captures were live at once"
     assert all(item.stopped is not None for item in RecordingBackend.log), "a capture was never stopped"
     return got
@@ -99,6 +121,28 @@ def test_runtime_captures_what_the_plan_expects(
     config, steps = case
     expected = expected_captures(config, steps, blocks)
     assert seen(run_real(config, steps, blocks)) == planned(expected)
+
+
+@SETTINGS
+@given(case=cases(), blocks=pst.role_trees(names=NAMES))
+# A role the filter leaves out holds one it selects: the capture's path still names both.
+@example(
+    case=({"steps": [1], "mode": "role", "contiguous": False, "roles": ("gen",), "ranks": "all", "rank": 0,
+           "world_size": 4}, [1]),
+    blocks=(RoleBlock("rollout", (RoleBlock("gen"),)),),
+)
+# fnmatch's "*" crosses "/": "actor_*" selects "actor_update/rollout" by its whole path.
+@example(
+    case=({"steps": [0], "mode": "step", "contiguous": False, "roles": ("actor_*",), "ranks": "all", "rank": 0,
+           "world_size": 4}, [0]),
+    blocks=(RoleBlock("actor_update", (RoleBlock("rollout"),)),),
+)
+def test_profiled_functions_capture_what_the_plan_expects(
+    case: tuple[dict[str, Any], list[int]], blocks: tuple[RoleBlock, ...]
+) -> None:
+    config, steps = case
+    expected = expected_captures(config, steps, blocks)
+    assert seen(run_real(config, steps, blocks, replay_decorated)) == planned(expected)
 
 
 def test_the_oracle_sees_a_retried_step_as_one_more_capture() -> None:
