@@ -9,11 +9,12 @@ capture for capture: steps, role, status, ranges and markers, in order.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, example, find, given, settings
 from hypothesis import strategies as st
 
 from profctx import ConfigError, profile_step, profiled
@@ -180,3 +181,37 @@ def test_the_oracle_captures_nothing_on_an_unselected_rank() -> None:
 def test_the_oracle_rejects_a_bad_config_like_configure() -> None:
     with pytest.raises(ConfigError, match="contiguous"):
         expected_captures({"steps": [1], "mode": "role", "contiguous": True}, [1])
+
+
+# -- the strategies that feed the oracle ---------------------------------------------------------
+
+
+@settings(max_examples=50, deadline=None)
+@given(blocks=pst.role_trees(names=["gen", "train"]))
+def test_role_trees_speak_the_callers_vocabulary(blocks: tuple[RoleBlock, ...]) -> None:
+    assert all(isinstance(b, RoleBlock) for b in blocks)
+    assert {path[-1] for b in blocks for path in b.paths()} <= {"gen", "train"}
+
+
+def test_role_trees_keep_the_older_name_and_refuse_bad_names() -> None:
+    assert pst.RoleTree is RoleBlock
+    assert RoleBlock("a", (RoleBlock("b"),)).paths() == [("a",), ("a", "b")]
+    for bad in ([], ["a/b"], [""]):
+        with pytest.raises(ValueError, match="names"):
+            pst.role_trees(names=bad)
+
+
+def test_step_sequences_with_repeats_draw_retries_and_resumes() -> None:
+    loops = pst.step_sequences(20, 30, repeats=True)
+    retried = find(loops, lambda s: any(a == b for a, b in itertools.pairwise(s)))
+    resumed = find(loops, lambda s: any(b < a for a, b in itertools.pairwise(s)))
+    skipped = find(loops, lambda s: any(b > a + 1 for a, b in itertools.pairwise(s)))
+    assert retried and resumed and skipped
+
+
+@settings(max_examples=50, deadline=None)
+@given(steps=pst.step_sequences(20, 12, repeats=True), plain=pst.step_sequences(20, 12))
+def test_step_sequences_stay_in_bounds_and_ascend_without_repeats(steps: list[int], plain: list[int]) -> None:
+    assert len(steps) <= 12 and all(0 <= s <= 20 for s in steps)
+    assert len(plain) <= 12 and all(0 <= s <= 20 for s in plain)
+    assert all(a < b for a, b in itertools.pairwise(plain))
