@@ -104,9 +104,9 @@ def plan(save_path: Path, records: Iterable[CaptureRecord],
          steps: Collection[int] | None = None) -> tuple[list[MergeInput], list[str]]:
     """Return the trace files of captures covering any of ``steps`` (all when ``None``), in display order.
 
-    Also return notes on files left out. Engine captures usually list no files (the engine
-    writes them itself, later): their trace files are found in the capture's folder, less any
-    file another capture lists.
+    Also return notes on files left out. Engine captures list exactly the files the engine wrote
+    for them; only records of older manifests, which list none, are looked up in the capture's
+    folder (less any file another capture lists).
     """
     records = list(records)
     listed = {f.path for r in records for f in r.files}
@@ -122,7 +122,7 @@ def plan(save_path: Path, records: Iterable[CaptureRecord],
         if wanted is not None and not wanted.intersection(record.steps):
             continue
         paths = [f.path for f in record.files]
-        if record.is_engine and not paths and record.folder:
+        if record.is_engine and not record.lists_files and record.folder:
             paths = _engine_files(save_path, record.folder, listed)
         for rel in paths:
             if not is_trace_file(rel):

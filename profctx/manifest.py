@@ -224,6 +224,14 @@ class CaptureRecord:
         return _float(self._raw.get("write_s"))
 
     @property
+    def lists_files(self) -> bool:
+        """Whether the record says which files the capture produced (an empty list included).
+
+        Engine records of older manifests carry no list: readers then look in the capture's folder.
+        """
+        return type(self._raw.get("files")) is list
+
+    @property
     def files(self) -> tuple[TraceFile, ...]:
         """The files written, paths relative to ``save_path`` (or absolute)."""
         value = self._raw.get("files")

@@ -221,6 +221,28 @@ def test_merge_finds_engine_traces_in_their_folder(tmp_path: Path, capsys: pytes
     assert "vllm 0.17.1" in engine_line and " r1 " in engine_line
 
 
+def test_merge_takes_exactly_the_files_an_engine_record_lists(tmp_path: Path) -> None:
+    x = {"ph": "X", "name": "op", "pid": 5, "tid": 1, "ts": 100.0, "dur": 5.0}
+    run = _fake_run(tmp_path, {"rank.json": ({"events": [x], "head": {"baseTimeNanoseconds": 10**18}}, 1e9)})
+    launch = run / "vllm-launch"  # the engine's own folder holds traces of other steps and sessions too
+    launch.mkdir()
+    for name in ("mine", "other_step", "foreign"):
+        _trace_file(launch / f"{name}.pt.trace.json", [{**x, "name": f"{name}_op", "pid": 77}],
+                    head={"baseTimeNanoseconds": 10**18})
+    base = {"v": 1, "run": "r", "rank": 0, "world_size": 2, "host": "h", "pid": 10, "kind": "engine",
+            "engine": "vllm", "version": "0.32.0", "steps": [4], "step": 4, "role": "rollout",
+            "folder": "vllm-launch", "event": "finished", "status": "ok", "start_time": 1e9, "end_time": 1e9 + 1}
+    with open(run / ".profctx" / "r.jsonl", "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({**base, "capture": "e1", "replica": 0,
+                             "files": [{"path": "vllm-launch/mine.pt.trace.json", "bytes": 1}]}) + "\n")
+        fh.write(json.dumps({**base, "capture": "e2", "replica": 1, "files": []}) + "\n")  # wrote nothing
+    out = tmp_path / "m.json"
+    assert main(["merge", str(run), "--step", "4", "-o", str(out)]) == 0
+    names = {e["name"] for e in json.loads(out.read_text())["traceEvents"] if e.get("ph") == "X"}
+    assert "mine_op" in names
+    assert not {"other_step_op", "foreign_op"} & names
+
+
 def test_a_cut_gzip_trace_yields_every_event_before_the_cut(tmp_path: Path) -> None:
     events = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 5, "tid": 1, "ts": float(i), "dur": 0.5,
                "args": {"shape": [[i, 2]], "nested": {"k": "},{"}}} for i in range(30_000)]
