@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import weakref
 from contextvars import ContextVar, Token
 from types import TracebackType
@@ -91,6 +90,8 @@ class Session:
 
     async def aenter_engines(self) -> None:
         """Start every attached role hook concurrently."""
+        import asyncio  # only async engine users pay for it: ``import profctx`` stays without asyncio/ssl
+
         assert self.opened is not None and self.runtime is not None
         rt = self.runtime
         hooks = list(OWNER.hooks)
@@ -119,6 +120,8 @@ class Session:
         """Stop the hooks :meth:`aenter_engines` started, concurrently."""
         if self.opened is None or not self.opened.hooks or self.runtime is None:
             return
+        import asyncio
+
         rt = self.runtime
         hooks, self.opened.hooks = self.opened.hooks, []
         results = await asyncio.gather(*(h.aexit(rt, handle) for h, handle in hooks), return_exceptions=True)
