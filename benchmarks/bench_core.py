@@ -9,6 +9,7 @@ Sections (all by default; pick with ``--only``):
 - ``stall``: how long the training thread cannot run at capture end, measured by the training
   thread itself, vs ``tensorboard_trace_handler(use_gzip=False)`` at about 1, 10 and 100 MB of
   trace; compared with ``blocked_s`` in the manifest; a probe thread shows who holds the GIL.
+- ``gil``: which parts of a capture's end hold the GIL (stop, export, gzip), by a 1 ms sleeper.
 - ``startup``: ``import profctx`` over a bare interpreter, modules it loads, ``configure()``
   return time, first in-window step entry right away and after a gap (fresh processes).
 
@@ -351,6 +352,58 @@ def stall(sizes_mb: tuple[float, ...], repeat: int) -> list[dict[str, Any]]:
     return results
 
 
+def gil_check(mb: float) -> list[tuple[str, float, float]]:
+    """Return (what, seconds, seconds a 1 ms sleeper thread woke late) for each part of a capture's end.
+
+    A part that holds the GIL for its whole run makes the sleeper late by about its duration.
+    """
+    import gzip
+    import shutil
+
+    from torch.profiler import ProfilerActivity, profile
+
+    probe = GilProbe()
+    probe.start()
+    rows: list[tuple[str, float, float]] = []
+
+    def measure(label: str, fn: Callable[[], Any]) -> None:
+        probe.late = 0.0
+        probe.on = True
+        t0 = time.perf_counter()
+        fn()
+        took = time.perf_counter() - t0
+        probe.on = False
+        rows.append((label, took, probe.late))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        calib = profile(activities=[ProfilerActivity.CPU])
+        calib.start()
+        tiny_ops(2000)
+        calib.stop()
+        path = os.path.join(tmp, "calib.json")
+        calib.export_chrome_trace(path)
+        n = int(2000 * mb * 1e6 / os.path.getsize(path))
+        for trace_only in (True, False):
+            from torch._C._profiler import _ExperimentalConfig
+
+            prof = profile(activities=[ProfilerActivity.CPU],
+                           experimental_config=_ExperimentalConfig(trace_only=True) if trace_only else None)
+            prof.start()
+            tiny_ops(n)
+            measure(f"`prof.stop()`{' (trace_only, as profctx)' if trace_only else ' (default)'}", prof.stop)
+        path = os.path.join(tmp, "t.json")
+        measure("`export_chrome_trace`", lambda: prof.export_chrome_trace(path))
+        rows.append((f"(trace size {os.path.getsize(path) / 1e6:.0f} MB)", 0.0, 0.0))
+
+        def pack() -> None:
+            with open(path, "rb") as src, gzip.open(path + ".gz", "wb", compresslevel=3) as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+
+        measure("gzip level 3 in 1 MB chunks (profctx's default)", pack)
+    probe.stopped.set()
+    return rows
+
+
 # -- start-up ---------------------------------------------------------------------------------------
 
 
@@ -432,7 +485,7 @@ def verdict(ratio: float, target: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer iterations, stall sizes 1 and 10 MB")
-    parser.add_argument("--only", default="off,range,body,stall,startup", help="comma-separated sections")
+    parser.add_argument("--only", default="off,range,body,stall,gil,startup", help="comma-separated sections")
     args = parser.parse_args()
     only = set(args.only.split(","))
     number, repeat = (20_000, 3) if args.quick else (200_000, 7)
@@ -472,6 +525,15 @@ def main() -> None:
                   f"| {r['blocked_json'] / r['ours_json']:.2f} | {r['write_json'] * 1e3:.0f} ms "
                   f"| {r['gil_json'] * 1e3:.1f} ms | {r['ours_gz'] * 1e3:.1f} ms | {ratio_gz:.3f} "
                   f"| {r['gil_gz'] * 1e3:.1f} ms | {r['gil_theirs'] * 1e3:.1f} ms |")
+        print()
+    if "gil" in only:
+        print("| part of a capture's end | took | 1 ms sleeper woke late by | share with the GIL held |")
+        print("|---|---:|---:|---:|")
+        for label, took, late in gil_check(10.0 if args.quick else 50.0):
+            if took:
+                print(f"| {label} | {took * 1e3:.0f} ms | {late * 1e3:.0f} ms | {late / took:.2f} |")
+            else:
+                print(f"| {label} | | | |")
         print()
     if "startup" in only:
         s = startup(5 if args.quick else 10)
