@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import weakref
 from contextvars import ContextVar, Token
 from types import TracebackType
@@ -31,10 +30,7 @@ class Session:
     __slots__ = ("__weakref__", "_guard", "opened", "runtime", "scope", "sets_role", "sets_step")
 
     def __init__(self, parent: Scope, step: int | None, role: str | None, tags: dict[str, Any]) -> None:
-        if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
-            raise ValueError(f"step: {step!r} is not valid; a step is an integer >= 0 or None")
-        if role is not None and not isinstance(role, str):
-            raise ValueError(f"role: {role!r} is not valid; a role is a string such as 'rollout'")
+        check(step, role)
         self.scope = parent.child(step, role, tags)
         self.sets_step = step is not None
         self.sets_role = role is not None
@@ -94,6 +90,8 @@ class Session:
 
     async def aenter_engines(self) -> None:
         """Start every attached role hook concurrently."""
+        import asyncio  # only async engine users pay for it: ``import profctx`` stays without asyncio/ssl
+
         assert self.opened is not None and self.runtime is not None
         rt = self.runtime
         hooks = list(OWNER.hooks)
@@ -122,6 +120,8 @@ class Session:
         """Stop the hooks :meth:`aenter_engines` started, concurrently."""
         if self.opened is None or not self.opened.hooks or self.runtime is None:
             return
+        import asyncio
+
         rt = self.runtime
         hooks, self.opened.hooks = self.opened.hooks, []
         results = await asyncio.gather(*(h.aexit(rt, handle) for h, handle in hooks), return_exceptions=True)
@@ -189,6 +189,14 @@ class Session:
                 self.close(in_flight)
 
 
+def check(step: int | None, role: str | None) -> None:
+    """Raise ``ValueError`` for a step or role a block cannot take."""
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
+        raise ValueError(f"step: {step!r} is not valid; a step is an integer >= 0 or None")
+    if role is not None and not isinstance(role, str):
+        raise ValueError(f"role: {role!r} is not valid; a role is a string such as 'rollout'")
+
+
 @final
 class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3):``
     """Set the ambient step, role and tags for a block; capture when the config selects it.
@@ -209,13 +217,19 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
         self._tokens: Tokens | None = None
 
     def _new(self) -> Session:
-        if self._session is not None:
+        if self._session is not None or self._tokens is not None:
             raise RuntimeError("a profile_step object is already entered; create one per with-block")
         session = Session(SCOPE.get(), self._step, self._role, self._tags)
         self._session = session
         return session
 
     def __enter__(self) -> Scope:
+        if OWNER.runtime is None and self._tokens is None:
+            # Nothing can open without a runtime: only the ambient scope changes (no Session).
+            check(self._step, self._role)
+            scope = SCOPE.get().child(self._step, self._role, self._tags)
+            self._tokens = (SCOPE.set(scope), None)
+            return scope
         session = self._new()
         tokens: Tokens | None = None
         try:
@@ -232,7 +246,10 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
     ) -> None:
         session, tokens = self._session, self._tokens
         self._session = self._tokens = None
-        assert session is not None
+        if session is None:  # entered without a runtime
+            assert tokens is not None
+            SCOPE.reset(tokens[0])
+            return
         session.finish(tokens, in_flight=exc_type is not None)
 
     async def __aenter__(self) -> Scope:

@@ -47,6 +47,19 @@ def resolve(rank: int | None, world_size: int | None) -> Identity:
     return Identity(0, world_size if world_size is not None else 1, host, pid, "default")
 
 
+def detectable() -> bool:
+    """Return whether :func:`resolve` could now find a rank other than the default (RANK set, or a process group)."""
+    if os.environ.get("RANK", "").strip():
+        return True
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return False
+    try:
+        return bool(dist.is_available() and dist.is_initialized())
+    except Exception:  # noqa: BLE001 - a broken process group: resolve() decides
+        return True
+
+
 def _env_int(name: str) -> int | None:
     raw = os.environ.get(name, "").strip()
     if not raw:

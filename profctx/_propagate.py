@@ -429,7 +429,7 @@ def _reducer(original: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     ours = (ProfiledFunction, ProfiledBoundFunction)
 
     def reducer_override(self: Any, obj: Any) -> Any:
-        if type(obj) in ours:
+        if isinstance(obj, ours):  # @profiled methods are instances of a per-function subclass
             return obj.__reduce_ex__(2)
         return original(self, obj)
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ._capture import Capture, Range
 from ._config import ProfilerConfig
 from ._errors import ProfilingError
-from ._identity import Identity, resolve
+from ._identity import Identity, detectable, resolve
 from ._layout import Spans, trace_stem
 from ._log import logger, warn_once
 from ._manifest import ManifestWriter, Record
@@ -214,6 +214,9 @@ class Runtime:
         self.writer = Writer()
         self.disk = DiskWatch()
         self._identity: Identity | None = None
+        self._fallback: Identity | None = None
+        #: decide() results by everything they depend on (the plan is pure; blocks repeat).
+        self._decisions: dict[tuple[Any, ...], Actions] = {}
         self._manifest: ManifestWriter | None = None
         self._lock = threading.RLock()
         #: The native-capture token: its one key 'holder' is set while a capture holds the profiler.
@@ -231,9 +234,16 @@ class Runtime:
         """Return this process's identity (kept once it comes from config, env or torch.distributed)."""
         if self._identity is not None:
             return self._identity
+        fallback = self._fallback
+        # Resolving costs microseconds and runs for every in-window block: keep the default
+        # identity while nothing that could replace it (RANK, a process group, a fork) appeared.
+        if fallback is not None and fallback.pid == os.getpid() and not detectable():
+            return fallback
         identity = resolve(self.config.rank, self.config.world_size)
         if identity.source != "default":
             self._identity = identity
+        else:
+            self._fallback = identity
         return identity
 
     def rank_selected(self) -> bool:
@@ -286,8 +296,16 @@ class Runtime:
         effective = context.holder if context is not None and context.status == "skipped" else context
         state = None if context is None else ("live" if effective is not None and effective.recording else "dead")
         run = self.run
-        actions = decide(self.policy(), Enter(step, scope.roles, sets_step, sets_role, state,  # type: ignore[arg-type]
-                                              run.steps if run is not None else None))
+        policy = self.policy()
+        run_steps = run.steps if run is not None else None
+        key = (policy.selected, step, scope.roles, sets_step, sets_role, state, run_steps)  # policy: per selected
+        actions = self._decisions.get(key)
+        if actions is None:
+            actions = decide(policy, Enter(step, scope.roles, sets_step, sets_role, state,  # type: ignore[arg-type]
+                                           run_steps))
+            if len(self._decisions) >= 4096:  # long windows: keep memory bounded
+                self._decisions.clear()
+            self._decisions[key] = actions
         opened = Opened(actions)
         opened.target = context
         self.owner.open_gate(opened)
