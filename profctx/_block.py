@@ -224,7 +224,7 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
         return session
 
     def __enter__(self) -> Scope:
-        if OWNER.runtime is None and self._tokens is None:
+        if OWNER.runtime is None and OWNER.env_read and self._tokens is None:
             # Nothing can open without a runtime: only the ambient scope changes (no Session).
             check(self._step, self._role)
             scope = SCOPE.get().child(self._step, self._role, self._tags)
