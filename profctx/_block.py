@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import weakref
 from contextvars import ContextVar, Token
 from types import TracebackType
@@ -91,6 +90,8 @@ class Session:
 
     async def aenter_engines(self) -> None:
         """Start every attached role hook concurrently."""
+        import asyncio  # only with engines attached (they load it anyway): ``import profctx`` stays light
+
         assert self.opened is not None and self.runtime is not None
         rt = self.runtime
         hooks = list(OWNER.hooks)
@@ -117,6 +118,7 @@ class Session:
 
     async def aexit_engines(self) -> None:
         """Stop the hooks :meth:`aenter_engines` started, concurrently."""
+        import asyncio
         if self.opened is None or not self.opened.hooks or self.runtime is None:
             return
         rt = self.runtime

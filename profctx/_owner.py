@@ -53,7 +53,7 @@ class Owner:
     a capture starts or ends, or engines are attached.
     """
 
-    __slots__ = ("_lock", "carried", "config", "gate", "hooks", "runtime", "switches", "worker")
+    __slots__ = ("_lock", "carried", "carry_cache", "config", "gate", "hooks", "runtime", "switches", "worker")
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -63,6 +63,8 @@ class Owner:
         self.runtime: Runtime | None = None
         #: The configuration adopted from a carried snapshot: (carried dict, rank, world size, config).
         self.carried: tuple[Any, int | None, int | None, ProfilerConfig | None] | None = None
+        #: The config as outgoing calls carry it: (config, run id, its dict), built once per config.
+        self.carry_cache: tuple[ProfilerConfig, str | None, dict[str, Any]] | None = None
         #: Role hooks (attached engines).
         self.hooks: list[RoleHook] = []
         #: One entry per block of this process inside an in-window step.
@@ -154,6 +156,7 @@ class Owner:
             self.config = None
             self.runtime = None
             self.carried = None
+            self.carry_cache = None
             self.gate.clear()
             self.refresh()
         for hook in hooks:

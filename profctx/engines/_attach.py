@@ -12,6 +12,7 @@ from .._log import logger
 from .._owner import OWNER
 from .._runtime import Runtime
 from .._scope import Scope
+from . import _loop
 from ._base import EngineAdapter
 from ._loop import run_sync
 
@@ -72,8 +73,13 @@ class EngineHook:
         stop_all()
 
     def reset(self) -> None:
-        """Detach every adapter (called by ``profctx.reset()``)."""
+        """Detach every adapter and end the private engine loop (called by ``profctx.reset()``)."""
+        global _atexit_installed
         detach()
+        if _atexit_installed:
+            atexit.unregister(_stop_open_at_exit)
+            _atexit_installed = False
+        _loop.stop()
 
 
 async def _stop_all(adapters: Sequence[EngineAdapter]) -> None:
