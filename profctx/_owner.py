@@ -3,8 +3,11 @@
 Everything profctx keeps for a process lives in the single :data:`OWNER`: the configuration,
 the runtime of that configuration (identity, backend, the native-capture token, manifest
 writer, writer thread, listeners), the role hooks engines attach, the gate ``@profiled``
-reads and the configuration carried in from another process. Nothing else in the package
-holds state that outlives a call, except the ambient scope (a ``ContextVar``, per task).
+reads, the configuration carried in from another process and the one carried out. Outside it,
+only context variables (the ambient scope and capture, per task) and process-wide helpers with
+their own reset outlive a call: the log-once keys (``_log.reset``), the exit hooks
+(``_lifecycle.uninstall``) and the engines' private loop (ended by the engine hook's ``reset``).
+``tests/test_structure.py`` checks that ``reset()`` leaves every module as it found it.
 """
 
 from __future__ import annotations
