@@ -123,16 +123,37 @@ def _picture(value: Any) -> Any:
     return _item(value)
 
 
+def _defines(module: types.ModuleType, attr: str) -> bool:
+    """Whether ``module``'s own source assigns ``attr`` at module level (rather than importing it)."""
+    try:
+        source = inspect.getsource(module)
+    except (OSError, TypeError):
+        return False
+    return re.search(rf"^{re.escape(attr)}\s*[:=]", source, re.MULTILINE) is not None
+
+
 def process_state() -> dict[str, Any]:
-    """Every module-level variable of every loaded profctx module, pictured for comparison."""
+    """Every module-level variable of every loaded profctx module, pictured for comparison.
+
+    A mutable object imported by several modules is pictured once, under the module defining it.
+    """
     state: dict[str, Any] = {}
+    where: dict[int, str] = {}
     for name, module in sorted(sys.modules.items()):
         if not (name == "profctx" or name.startswith("profctx.")) or module is None:
             continue
         for attr, value in vars(module).items():
             if attr.startswith("__") or _is_code(value):
                 continue
-            state[f"{name}.{attr}"] = _picture(value)
+            key = f"{name}.{attr}"
+            if not _is_immutable(value):
+                seen = where.get(id(value))
+                if seen is not None:
+                    if not _defines(module, attr):
+                        continue
+                    del state[seen]
+                where[id(value)] = key
+            state[key] = _picture(value)
     return state
 
 
@@ -180,16 +201,17 @@ def test_every_module_imports(all_modules: list[types.ModuleType]) -> None:
         assert name in loaded
 
 
-def test_reset_ends_everything(all_modules: list[types.ModuleType], tmp_path: Path) -> None:
-    # Warm every lazy, import-time-only thing once (backend classes resolved, the Ray reducer
-    # installed): what a first use creates for good is not state reset() must end.
+def _warm_up() -> None:
+    """Do once what a first use does for good: the backend registry resolves ``recording`` to its class."""
     with capture(steps=[0]), profctx.profile_step(0):
         _rollout()
     profctx.reset()
-    before = process_state()
 
+
+def _use_profctx(save_path: Path) -> None:
+    """Use what holds state: captures, an attached engine, a carried config, a block left open."""
     engine = _LocalEngine()
-    profctx.configure(steps=[1, 2], mode="step", tool="recording", save_path=str(tmp_path), warmup=False,
+    profctx.configure(steps=[1, 2], mode="step", tool="recording", save_path=str(save_path), warmup=False,
                       engines={"roles": ["rollout"]})
     profctx.attach(engine)
     with profctx.profile_step(1):
@@ -203,29 +225,46 @@ def test_reset_ends_everything(all_modules: list[types.ModuleType], tmp_path: Pa
     with capture(steps=[5], mode="role") as found, profctx.profile_step(5):
         _rollout()
     assert [c.role for c in found] == ["rollout"]
-    profctx.configure(steps=[3], tool="recording", save_path=str(tmp_path), warmup=False)
+    profctx.configure(steps=[3], tool="recording", save_path=str(save_path), warmup=False)
     profctx.attach(engine)
     outer = profctx.profile_step(3)
     outer.__enter__()  # left open: reset() must end it
     profctx.reset()
     outer.__exit__(None, None, None)
 
+
+def test_reset_ends_everything(all_modules: list[types.ModuleType], tmp_path: Path) -> None:
+    _warm_up()
+    before = process_state()
+    _use_profctx(tmp_path)
     profctx.reset()
     left = _differences(before, process_state())
     assert not left, "reset() left state behind:\n" + "\n".join(left)
 
 
-def test_reset_check_sees_leftover_hooks(all_modules: list[types.ModuleType]) -> None:
-    # The check above must fail when reset() forgets something, e.g. the owner's hooks.
-    from profctx._owner import OWNER
+def test_reset_check_sees_leftover_hooks(all_modules: list[types.ModuleType], tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # The check above must fail when reset() forgets something: here, the owner's hooks.
+    from profctx._owner import Owner
 
+    end = Owner.end
+
+    def end_keeping_hooks(self: Owner) -> None:
+        hooks = list(self.hooks)
+        end(self)
+        self.hooks[:] = hooks
+
+    _warm_up()
     before = process_state()
-    marker: Any = object()
-    OWNER.hooks.append(marker)
-    try:
-        assert any(d.startswith("profctx._owner.OWNER") for d in _differences(before, process_state()))
-    finally:
-        OWNER.hooks.remove(marker)
+    monkeypatch.setattr(Owner, "end", end_keeping_hooks)
+    _use_profctx(tmp_path)
+    profctx.reset()
+    left = _differences(before, process_state())
+    monkeypatch.undo()
+    profctx.reset()
+    profctx.detach()
+    assert [line.split(":")[0] for line in left] == ["profctx._owner.OWNER"]
+    assert "'hooks': ('list', [('EngineHook'" in left[0]
 
 
 # -- import graph --------------------------------------------------------------------------------
