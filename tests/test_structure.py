@@ -242,10 +242,35 @@ def test_reset_ends_everything(all_modules: list[types.ModuleType], tmp_path: Pa
     assert not left, "reset() left state behind:\n" + "\n".join(left)
 
 
+class _SilentHook:
+    """A role hook that starts nothing (what a plugin registering on the owner looks like)."""
+
+    def enter(self, runtime: Any, scope: Any) -> object:
+        return None
+
+    def exit(self, runtime: Any, handle: object) -> None:
+        pass
+
+    async def aenter(self, runtime: Any, scope: Any) -> object:
+        return None
+
+    async def aexit(self, runtime: Any, handle: object) -> None:
+        pass
+
+    def check_config(self, config: Any) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
+
+
 def test_reset_check_sees_leftover_hooks(all_modules: list[types.ModuleType], tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     # The check above must fail when reset() forgets something: here, the owner's hooks.
-    from profctx._owner import Owner
+    from profctx._owner import OWNER, Owner
 
     end = Owner.end
 
@@ -258,13 +283,14 @@ def test_reset_check_sees_leftover_hooks(all_modules: list[types.ModuleType], tm
     before = process_state()
     monkeypatch.setattr(Owner, "end", end_keeping_hooks)
     _use_profctx(tmp_path)
+    hook = _SilentHook()
+    OWNER.add_hook(hook)
     profctx.reset()
     left = _differences(before, process_state())
     monkeypatch.undo()
-    profctx.reset()
-    profctx.detach()
+    OWNER.remove_hook(hook)
     assert [line.split(":")[0] for line in left] == ["profctx._owner.OWNER"]
-    assert "'hooks': ('list', [('EngineHook'" in left[0]
+    assert "'hooks': ('list', [('_SilentHook'" in left[0]
 
 
 # -- import graph --------------------------------------------------------------------------------
