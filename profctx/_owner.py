@@ -6,7 +6,7 @@ writer, writer thread, listeners), the role hooks engines attach, the gate ``@pr
 reads, the configuration carried in from another process and the one carried out. Outside it,
 only context variables (the ambient scope and capture, per task) and process-wide helpers with
 their own reset outlive a call: the log-once keys (``_log.reset``), the exit hooks
-(``_lifecycle.uninstall``) and the engines' private loop (ended by the engine hook's ``reset``).
+(``_lifecycle.uninstall``) and the engines' private loop (``engines._attach.end``).
 ``tests/test_structure.py`` checks that ``reset()`` leaves every module as it found it.
 """
 
