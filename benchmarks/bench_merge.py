@@ -3,8 +3,9 @@
 Makes a run of ``--ranks`` real torch captures (one role each, CPU) of about ``--mb`` MB of
 trace JSON each, then measures, each in a fresh subprocess: the peak RSS and time of an
 interpreter that only imports the CLI (the floor), of ``json.load`` of every trace held at
-once (what a non-streaming merge needs), and of ``profctx merge``. Target: merge peak RSS at
-most 2x the largest input (uncompressed JSON).
+once (what a non-streaming merge needs), of ``json.load`` one file at a time, of a bare gunzip,
+and of ``profctx merge``. Targets: merge peak RSS at most 2x the largest input (uncompressed
+JSON), merge time at most 0.5x the one-file-at-a-time ``json.load``.
 
     python benchmarks/bench_merge.py [--ranks 8] [--mb 25] [--keep DIR]
 """
@@ -42,14 +43,34 @@ for path in sys.argv[1:]:
 print(sum(len(t["traceEvents"]) for t in held))
 """
 
+_JSON_LOAD_ONE = """
+import gzip, json, sys
+count = 0
+for path in sys.argv[1:]:
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        count += len(json.load(fh)["traceEvents"])
+print(count)
+"""
+
+_ZCAT = """
+import gzip, sys
+for path in sys.argv[1:]:
+    with gzip.open(path, "rb") as fh:
+        while fh.read(1 << 20):
+            pass
+"""
+
 _FLOOR = "import profctx.cli, profctx._merge"
 
 
-def measure(argv: list[str]) -> tuple[float, float, str]:
+def measure(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, float, str]:
     """Run ``argv``; return (seconds, peak RSS in MB of that child alone, stdout)."""
     t0 = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out:
-        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, text=True)
+        # cwd: "python -m" puts the working folder first on sys.path; run from a neutral one so that
+        # PYTHONPATH alone decides which checkout is measured.
+        child = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, text=True, env=env,
+                                 cwd=tempfile.gettempdir())
         _, status, usage = os.wait4(child.pid, 0)
         child.returncode = os.waitstatus_to_exitcode(status)
         elapsed = time.perf_counter() - t0
@@ -64,6 +85,7 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--mb", type=float, default=25.0, help="approximate uncompressed MB per trace")
     parser.add_argument("--keep", metavar="DIR", help="make (or reuse) the run here instead of a temporary folder")
+    parser.add_argument("--old", metavar="PYTHONPATH", help="also time the merge of another checkout (its root)")
     args = parser.parse_args()
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="profctx-bench-merge-"))
     # One x.add(1) costs about 1280 bytes of trace JSON (five events of about 256 bytes), measured.
@@ -80,25 +102,40 @@ def main() -> None:
             sizes.append(sum(len(chunk) for chunk in iter(lambda fh=fh: fh.read(1 << 20), b"")))
     largest = max(sizes) / 1e6
     load_s, load_mb, events = measure([sys.executable, "-c", _JSON_LOAD, *map(str, traces)])
+    one_s, one_mb, _ = measure([sys.executable, "-c", _JSON_LOAD_ONE, *map(str, traces)])
+    zcat_s, _, _ = measure([sys.executable, "-c", _ZCAT, *map(str, traces)])
+    old_s = old_mb = None
+    if args.old:
+        old_s, old_mb, _ = measure([sys.executable, "-m", "profctx", "merge", str(folder), "--step", "1",
+                                    "-o", str(folder / "old.trace.json.gz"), "--no-progress"],
+                                   env={**os.environ, "PYTHONPATH": args.old})
     out = folder / "merged.trace.json.gz"
+    here = str(Path(__file__).resolve().parent.parent)
     merge_s, merge_mb, _ = measure([sys.executable, "-m", "profctx", "merge", str(folder), "--step", "1",
-                                    "-o", str(out), "--no-progress"])
+                                    "-o", str(out), "--no-progress"], env={**os.environ, "PYTHONPATH": here})
     floor_mb = _floor_peak()
     rows = [
         ("inputs", f"{len(traces)} traces, {sum(sizes) / 1e6:.0f} MB JSON ({events.strip()} events), "
                    f"{sum(p.stat().st_size for p in traces) / 1e6:.1f} MB gzipped; largest {largest:.1f} MB"),
+        ("gunzip only (read and drop)", f"{zcat_s:.1f} s"),
         ("json.load of all traces", f"{load_s:.1f} s, peak RSS {load_mb:.0f} MB ({load_mb / largest:.1f}x largest)"),
+        ("json.load one file at a time", f"{one_s:.1f} s, peak RSS {one_mb:.0f} MB"),
         ("profctx merge", f"{merge_s:.1f} s, peak RSS {merge_mb:.0f} MB ({merge_mb / largest:.2f}x largest); "
                           f"output {out.stat().st_size / 1e6:.1f} MB gzipped"),
         ("interpreter + profctx.cli import", f"peak RSS {floor_mb:.0f} MB"),
-        ("merge time / json.load time", f"{merge_s / load_s:.2f}"),
+        ("merge time / json.load one at a time", f"**{merge_s / one_s:.2f}** (target <= 0.5)"),
+        ("merge time / gunzip only", f"{merge_s / zcat_s:.1f}"),
     ]
+    if old_s is not None and old_mb is not None:
+        rows.append(("previous merge (--old)", f"{old_s:.1f} s, peak RSS {old_mb:.0f} MB; new/old time "
+                                               f"{merge_s / old_s:.2f}"))
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, run in {folder}")
     print("| what | result |\n|---|---|")
     for what, result in rows:
         print(f"| {what} | {result} |")
     print(json.dumps({"largest_mb": largest, "merge_peak_mb": merge_mb, "load_peak_mb": load_mb,
-                      "merge_s": merge_s, "load_s": load_s, "floor_mb": floor_mb}))
+                      "merge_s": merge_s, "load_s": load_s, "load_one_s": one_s, "zcat_s": zcat_s,
+                      "floor_mb": floor_mb, "old_s": old_s}))
 
 
 def _floor_peak() -> float:

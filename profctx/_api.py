@@ -6,7 +6,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from . import _lifecycle, _log
-from ._config import ProfilerConfig, load
+from ._config import ProfilerConfig, from_environment, load
 from ._owner import OWNER
 from ._runtime import Runtime
 from .backends import backend_class, check_config, resolve_tool
@@ -28,6 +28,7 @@ def configure(config: object = None, /, **fields: Any) -> ProfilerConfig | None:
     for what is left of it.
     """
     new = load(config, **fields)
+    OWNER.env_read = True
     if new is not None and new.active:
         check_config(backend_class(resolve_tool(new.tool)), new)
         for hook in list(OWNER.hooks):  # attached engines refuse options they cannot honour
@@ -45,6 +46,21 @@ def configure(config: object = None, /, **fields: Any) -> ProfilerConfig | None:
     OWNER.runtime = runtime
     OWNER.refresh()
     return new
+
+
+def configure_from_environment() -> None:
+    """Configure from the ``PROFCTX_*`` variables alone, once, in a process that never called configure().
+
+    Called by the first block such a process enters (``docs/configuration.md``, "Without
+    configure()"): a program that only marks steps and roles is profiled when, e.g.,
+    ``PROFCTX_STEPS`` is set. Raise :class:`ConfigError` for a bad variable, at that first block.
+    """
+    if OWNER.env_read or OWNER.config is not None:
+        return
+    OWNER.env_read = True
+    config = from_environment()
+    if config is not None:
+        configure(config)
 
 
 def reset() -> None:

@@ -7,6 +7,7 @@ from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import Any, final
 
+from ._api import configure_from_environment
 from ._capture import Capture
 from ._owner import OWNER
 from ._runtime import Opened, Runtime
@@ -37,6 +38,8 @@ class Session:
         self.sets_step = step is not None
         self.sets_role = role is not None
         self.opened: Opened | None = None
+        if not OWNER.env_read:
+            configure_from_environment()
         self.runtime: Runtime | None = OWNER.runtime
         self._guard: weakref.finalize[Any, Any] | None = None
 

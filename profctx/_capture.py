@@ -113,6 +113,10 @@ class Capture:
         (re-raised after cleaning up). A refusal or failure is recorded.
         """
         rt = self.runtime
+        if rt.disk.waiting(rt.save_path):
+            self.status = "skipped"
+            self._record("finished", status="skipped", time=time.time(), reason=rt.disk.reason)
+            return False
         try:
             holder = rt.claim(self)
             if holder is not None:
@@ -257,12 +261,14 @@ class Capture:
         try:
             files = finish()
         except BaseException as exc:  # noqa: BLE001 - recorded, then reported by flush()
+            self.runtime.disk.failed(exc)
             self.status = "failed"
             self._finished("failed", error=exc, blocked=blocked, end_wall=end_wall,
                            write_s=time.perf_counter() - w0)
             self.runtime.failure("write", exc, in_flight=True)
             return
         self.status = "ok"
+        self.runtime.disk.wrote(files)
         self._finished("ok", files=files, blocked=blocked, end_wall=end_wall, write_s=time.perf_counter() - w0)
 
     def _finished(

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import os
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,12 +14,20 @@ from types import MappingProxyType
 from typing import Any, Final, Literal, final
 
 from ._errors import ConfigError, one_of
-from ._window import StepWindow
+from ._window import MAX_STEPS, StepWindow, range_exceeds
 
 MODES: Final = ("step", "role")
 ON_ERROR: Final = ("log", "raise")
 CONTENTS: Final = ("cpu", "cuda", "npu", "memory", "shapes", "stack", "flops", "modules")
 ENGINE_CONTENTS: Final = ("cpu", "cuda", "memory", "stack", "shapes")
+#: Most ranks (or engine replicas) a list may name; a bigger selection is written ``"all"``.
+MAX_RANKS: Final = MAX_STEPS
+#: Longest engine timeout, in seconds (a week): a longer wait is a typo, and bounds the float conversion.
+MAX_TIMEOUT: Final = 7 * 24 * 3600.0
+#: Largest YAML file read as a config (a whole trainer config is tens of kB).
+MAX_YAML_BYTES: Final = 4 * 2**20
+#: Folders of kernel pseudo-file systems: nothing profctx writes can live there.
+PSEUDO_FOLDERS: Final = ("/proc", "/sys")
 
 #: Environment overrides, applied last: variable -> field.
 ENV_FIELDS: Final = {
@@ -57,8 +67,8 @@ class EngineConfig:
         _set(self, "roles", _names("engines.roles", self.roles))
         for name in ("start_timeout", "stop_timeout"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
-                raise ConfigError(f"engines.{name}", value, "a number of seconds > 0")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TIMEOUT:
+                raise ConfigError(f"engines.{name}", value, f"a number of seconds > 0 and at most {MAX_TIMEOUT:.0f}")
             _set(self, name, float(value))
         _set(self, "replicas", _rank_list("engines.replicas", self.replicas))
         _set(self, "contents", _choices("engines.contents", self.contents, ENGINE_CONTENTS))
@@ -115,7 +125,7 @@ class ProfilerConfig:
         _set(self, "enable", _flag("enable", self.enable))
         if self.steps is not None:
             _set(self, "steps", StepWindow.parse(self.steps))
-        if self.mode not in MODES:
+        if not isinstance(self.mode, str) or self.mode not in MODES:
             raise ConfigError("mode", self.mode, one_of(MODES))
         _set(self, "contiguous", _flag("contiguous", self.contiguous))
         if self.contiguous and self.mode != "step":
@@ -132,15 +142,14 @@ class ProfilerConfig:
             raise ConfigError("rank", self.rank, f"a rank below world_size {self.world_size}")
         if isinstance(self.save_path, os.PathLike):
             _set(self, "save_path", os.fspath(self.save_path))
-        if not isinstance(self.save_path, str) or not self.save_path.strip():
-            raise ConfigError("save_path", self.save_path, "a non-empty folder path")
+        check_save_path("save_path", self.save_path)
         from .backends import known
 
-        if self.tool not in known():
+        if not isinstance(self.tool, str) or self.tool not in known():
             raise ConfigError("tool", self.tool, one_of(known()))
         _set(self, "contents", _choices("contents", self.contents, CONTENTS))
         _set(self, "compress", _flag("compress", self.compress))
-        if self.on_error not in ON_ERROR:
+        if not isinstance(self.on_error, str) or self.on_error not in ON_ERROR:
             raise ConfigError("on_error", self.on_error, one_of(ON_ERROR))
         _set(self, "exit_hooks", _flag("exit_hooks", self.exit_hooks))
         _set(self, "warmup", _flag("warmup", self.warmup))
@@ -153,10 +162,10 @@ class ProfilerConfig:
         if not isinstance(self.tool_options, Mapping):
             raise ConfigError("tool_options", self.tool_options, "a mapping of backend options")
         _set(self, "tool_options", MappingProxyType(dict(self.tool_options)))
-        if self.enable and self.steps is None:
+        if self.enable and not self.steps:
             raise ConfigError(
-                "steps", None, "profiling is enabled, so give the steps to profile (e.g. '3:6' or [1, 2]); "
-                "or enable=False"
+                "steps", None if self.steps is None else list(self.steps),
+                "profiling is enabled, so give the steps to profile (e.g. '3:6' or [1, 2]); or enable=False",
             )
 
     @property
@@ -212,9 +221,36 @@ def load(source: object = None, /, **overrides: Any) -> ProfilerConfig | None:
     or a path to a YAML file (a top-level ``profctx:`` key is looked into); or, as keyword
     ``verl=``, a verl profiler config (see :meth:`ProfilerConfig.from_verl`). Precedence:
     defaults < source < keywords < ``PROFCTX_*`` environment. Returns ``None`` (disabled)
-    when nothing at all is given and no ``PROFCTX_*`` variable is set.
+    when nothing at all is given and no ``PROFCTX_*`` variable is set. An active config's
+    ``save_path`` is probed (see :func:`probe_save_path`): the folder exists afterwards.
+    Raise :class:`ConfigError` for anything invalid, and for nothing else.
     """
-    data: dict[str, Any]
+    return _load(source, overrides, os.environ, probe=True)
+
+
+def load_config(source: object = None, /, **overrides: Any) -> ProfilerConfig | None:
+    """Return what :func:`load` returns, without touching the disk: ``save_path`` is not probed.
+
+    For tools that only read a config (``profctx nsys-command`` prints a command line): creating
+    the folder there would be a side effect nobody asked for. Values are checked all the same.
+    """
+    return _load(source, overrides, os.environ, probe=False)
+
+
+def from_environment(environ: Mapping[str, str] | None = None) -> ProfilerConfig | None:
+    """Return the config the ``PROFCTX_*`` variables describe, or ``None`` when none is set.
+
+    The same as ``load()`` with no source and no keywords: a bad value raises
+    :class:`ConfigError` naming the variable, and an active config's ``save_path`` is probed.
+    ``environ`` defaults to ``os.environ``. ``PROFCTX_RUN_ID`` alone does not count as set.
+    """
+    return _load(None, {}, os.environ if environ is None else environ, probe=True)
+
+
+def _load(
+    source: object, overrides: dict[str, Any], environ: Mapping[str, str], *, probe: bool
+) -> ProfilerConfig | None:
+    data: dict[Any, Any]
     verl = overrides.pop("verl", None)  # a source, not a field: converted before any field is checked
     if verl is not None:
         if source is not None:
@@ -226,14 +262,9 @@ def load(source: object = None, /, **overrides: Any) -> ProfilerConfig | None:
     elif isinstance(source, ProfilerConfig):
         data = source.to_dict()
     elif isinstance(source, (str, os.PathLike)):
-        data = _read_yaml(Path(source))
+        data = read_yaml(source)
     elif _is_omegaconf(source):  # before Mapping: a DictConfig is one, but its lists are ListConfigs
-        from omegaconf import OmegaConf
-
-        container = OmegaConf.to_container(source, resolve=True)  # type: ignore[call-overload]
-        if not isinstance(container, dict):
-            raise ConfigError("config", source, "an OmegaConf mapping (DictConfig)")
-        data = {str(k): v for k, v in container.items()}
+        data = _from_omegaconf(source)
     elif isinstance(source, Mapping):
         data = dict(source)
     else:
@@ -242,17 +273,33 @@ def load(source: object = None, /, **overrides: Any) -> ProfilerConfig | None:
         )
     if "profctx" in data and len(data) == 1:
         inner = data["profctx"]
-        data = {"enable": False} if inner is None else dict(inner)
+        if inner is None:
+            data = {"enable": False}
+        elif isinstance(inner, Mapping):
+            data = dict(inner)
+        else:
+            raise ConfigError("profctx", inner, "a mapping of profctx fields (or null: disabled)")
     data.update(overrides)
-    env = env_overrides(os.environ)
+    env = env_overrides(environ)
     if source is None and not overrides and not env:
         return None
     data.update(env)
-    return ProfilerConfig.from_mapping(data)
+    run_id = environ.get("PROFCTX_RUN_ID", "").strip()
+    if run_id and data.get("run_id") is None:
+        if not _safe_name(run_id):
+            raise ConfigError("PROFCTX_RUN_ID", run_id, "letters, digits, '.', '_' or '-' (1-64 characters)")
+        data["run_id"] = run_id
+    config = ProfilerConfig.from_mapping(data)
+    if probe and config.active:
+        probe_save_path(config.save_path)
+    return config
 
 
 def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
-    """Return the fields set by ``PROFCTX_*`` variables in ``environ``."""
+    """Return the fields set by ``PROFCTX_*`` variables in ``environ``.
+
+    Each value is checked here, so a bad one raises :class:`ConfigError` naming the variable.
+    """
     out: dict[str, Any] = {}
     for var, name in ENV_FIELDS.items():
         raw = environ.get(var)
@@ -264,13 +311,118 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
             if lowered not in _TRUE + _FALSE:
                 raise ConfigError(var, raw, "one of 1, 0, true, false, yes, no, on, off")
             out[name] = lowered in _TRUE
+        elif name == "steps":
+            out[name] = StepWindow.parse(raw, field=var)
         elif name == "ranks":
-            out[name] = raw if raw == "all" else _int_list(var, raw)
+            out[name] = _rank_list(var, raw)
         elif name == "roles":
-            out[name] = [r.strip() for r in raw.split(",") if r.strip()]
+            out[name] = _names(var, raw)
+        elif name == "mode" and raw not in MODES:
+            raise ConfigError(var, raw, one_of(MODES))
+        elif name == "tool" and raw not in _known_tools():
+            raise ConfigError(var, raw, one_of(_known_tools()))
+        elif name == "save_path":
+            check_save_path(var, raw)
+            out[name] = raw
         else:
             out[name] = raw
     return out
+
+
+def check_save_path(name: str, value: object) -> None:
+    """Refuse a ``save_path`` that no file can ever be written under, without touching the disk.
+
+    Refused: anything but a non-empty string, a NUL byte (the OS rejects it), a folder under
+    ``/proc`` or ``/sys``. Whether the folder can really be written is :func:`probe_save_path`'s job.
+    """
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(name, value, "a non-empty folder path")
+    if "\0" in value:
+        raise ConfigError(name, value, "a folder path without NUL bytes")
+    try:
+        absolute = os.path.normpath(os.path.abspath(os.path.expanduser(value)))
+    except OSError:  # the working folder is gone: a relative path cannot be under /proc anyway
+        absolute = os.path.normpath(value)
+    for pseudo in PSEUDO_FOLDERS:
+        if absolute == pseudo or absolute.startswith(pseudo + os.sep):
+            raise ConfigError(name, value, f"a folder for files; {pseudo} is a kernel file system")
+
+
+def probe_save_path(save_path: str) -> None:
+    """Create ``save_path`` (with parents), write a small file into it and remove it.
+
+    Permission bits say nothing when running as root, so the only honest check is a real
+    write. Raise :class:`ConfigError` naming the path and the OS's reason when any step fails;
+    the folder is left in place when it could be created.
+    """
+    check_save_path("save_path", save_path)
+    folder = Path(save_path).expanduser()
+    probe = folder / f".profctx-probe-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with probe.open("xb") as handle:
+            handle.write(b"profctx\n")
+        probe.unlink()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ConfigError("save_path", save_path, f"a folder profctx can create and write into ({reason})") from None
+    finally:
+        with contextlib.suppress(OSError):  # the write failed before the file existed, or the folder is gone
+            probe.unlink(missing_ok=True)
+
+
+def read_yaml(path: str | os.PathLike[str]) -> dict[Any, Any]:
+    """Return the mapping a profctx YAML file holds (an empty file: ``{"enable": False}``).
+
+    The file is read with :func:`yaml_load`, so ``steps: 3:6`` means steps 3, 4, 5.
+    Raise :class:`ConfigError` naming the file when it cannot be read or is not a mapping.
+    """
+    shown = os.fspath(path)
+    if not isinstance(shown, str):  # an os.PathLike may give bytes
+        raise ConfigError("config", shown, "a path to a YAML file, as text")
+    try:
+        with open(shown, "rb") as handle:  # bounded: a path to /dev/zero or a log file must not hang here
+            raw = handle.read(MAX_YAML_BYTES + 1)
+        if len(raw) > MAX_YAML_BYTES:
+            raise ConfigError("config", shown, f"a YAML file of at most {MAX_YAML_BYTES // 2**20} MiB")
+        text = raw.decode("utf-8")
+    except OSError as exc:
+        raise ConfigError("config", shown, f"a readable YAML file ({exc.strerror or exc})") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # a NUL byte in the path, or not UTF-8
+        raise ConfigError("config", shown, f"a readable UTF-8 YAML file ({exc})") from None
+    data = yaml_load(text, origin=shown)
+    if data is None:
+        return {"enable": False}
+    if not isinstance(data, dict):
+        raise ConfigError("config", shown, "a YAML mapping of profctx fields")
+    return data
+
+
+def yaml_load(text: str, *, origin: str = "<text>") -> Any:
+    """Return the data in YAML ``text``, reading slice-like scalars as text.
+
+    YAML 1.1 (PyYAML's default) reads an unquoted ``3:6`` as the base-60 integer 186 and
+    ``1:30.5`` as 90.5; here both stay strings, and a base-60 number forced with ``!!int`` /
+    ``!!float`` is refused. Otherwise the same as ``yaml.safe_load``. Raise
+    :class:`ConfigError` naming ``origin`` for invalid YAML or when PyYAML is missing.
+    """
+    try:
+        import yaml
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise ConfigError("config", origin, "YAML needs PyYAML: pip install 'profctx[yaml]'") from None
+    from ._yaml import SliceSafeLoader
+
+    loader = SliceSafeLoader(text)
+    try:
+        return loader.get_single_data()
+    except yaml.YAMLError as exc:
+        raise ConfigError("config", origin, f"valid YAML ({exc})") from None
+    except ValueError as exc:  # a number too long for int() (over 4300 digits)
+        raise ConfigError("config", origin, f"YAML whose values profctx can read ({exc})") from None
+    except RecursionError:
+        raise ConfigError("config", origin, "YAML nested less deeply") from None
+    finally:
+        loader.dispose()
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -283,15 +435,34 @@ def _set(obj: object, name: str, value: object) -> None:
     object.__setattr__(obj, name, value)
 
 
-def _build(cls: Any, data: Mapping[str, Any], prefix: str) -> Any:
+def _known_tools() -> tuple[str, ...]:
+    from .backends import known
+
+    return known()
+
+
+def _build(cls: Any, data: Mapping[Any, Any], prefix: str) -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
-    unknown = [str(k) for k in data if k not in names]
-    if unknown:
-        key = unknown[0]
-        close = difflib.get_close_matches(key, names, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
-        raise ConfigError(f"{prefix}{key}", data[key], f"{hint}known fields: {', '.join(sorted(names))}")
-    return cls(**{str(k): v for k, v in data.items()})
+    for key in data:
+        if not isinstance(key, str) or key not in names:
+            close = difflib.get_close_matches(key, names, n=1) if isinstance(key, str) else []
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            shown = key if isinstance(key, str) and key.isidentifier() else repr(key)  # '' or 1 stay visible
+            raise ConfigError(f"{prefix}{shown}", data[key], f"{hint}known fields: {', '.join(sorted(names))}")
+    return cls(**data)
+
+
+def _from_omegaconf(source: object) -> dict[Any, Any]:
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        container = OmegaConf.to_container(source, resolve=True)  # type: ignore[call-overload]
+    except OmegaConfBaseException as exc:  # an interpolation that does not resolve, a missing value
+        raise ConfigError("config", type(source).__name__, f"an OmegaConf config that resolves ({exc})") from None
+    if not isinstance(container, dict):
+        raise ConfigError("config", source, "an OmegaConf mapping (DictConfig)")
+    return {str(k): v for k, v in container.items()}
 
 
 def _flag(name: str, value: object) -> bool:
@@ -303,12 +474,20 @@ def _flag(name: str, value: object) -> bool:
 
 
 def _names(name: str, value: object) -> tuple[str, ...]:
+    """Return role patterns; a string is a comma list (``"actor_*,rollout"``), as in ``PROFCTX_ROLES``."""
     if value is None:
         return ()
     if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v for v in value):
+        parts = [part.strip() for part in value.split(",")]
+        if not all(parts):
+            raise ConfigError(name, value, "role names or fnmatch patterns separated by single commas, e.g. "
+                              "'actor_*,rollout'")
+        value = parts
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and v.strip() for v in value):
         raise ConfigError(name, value, "a list of role names or fnmatch patterns, e.g. ['actor_*', 'rollout']")
+    for item in value:
+        if "," in item:  # one pattern with a comma matches no role name: two were meant
+            raise ConfigError(name, item, "one role name or fnmatch pattern per list item, without ','")
     return tuple(value)
 
 
@@ -320,26 +499,39 @@ def _choices(name: str, value: object, allowed: tuple[str, ...]) -> tuple[str, .
     if not isinstance(value, (list, tuple)):
         raise ConfigError(name, value, "a list; " + one_of(allowed))
     for item in value:
-        if item not in allowed:
+        if not isinstance(item, str) or item not in allowed:
             raise ConfigError(name, item, one_of(allowed))
     return tuple(dict.fromkeys(value))
 
 
+_RANKS: Final = "'all' or a non-empty list of integers >= 0"
+_TOO_MANY_RANKS: Final = f"at most {MAX_RANKS} ranks in a list; 'all' selects every rank"
+
+
 def _rank_list(name: str, value: object) -> tuple[int, ...] | Literal["all"]:
-    if value == "all":
-        return "all"
+    """Return sorted distinct ranks, or ``"all"``; at most :data:`MAX_RANKS` of them.
+
+    A ``range`` is measured before it is expanded, so ``range(10**9)`` is refused at once.
+    """
     if isinstance(value, str):
-        return _int_list(name, value)
+        return "all" if value.strip() == "all" else _int_list(name, value)
     if isinstance(value, bool):
-        raise ConfigError(name, value, "'all' or a list of integers >= 0")
+        raise ConfigError(name, value, _RANKS)
     if isinstance(value, int):
         value = [value]
     if not isinstance(value, (list, tuple, range)) or not value:
-        raise ConfigError(name, value, "'all' or a non-empty list of integers >= 0")
+        raise ConfigError(name, value, _RANKS)
+    if (range_exceeds(value, MAX_RANKS) if isinstance(value, range) else len(value) > MAX_RANKS):
+        raise ConfigError(name, _shown(value), _TOO_MANY_RANKS)
     for item in value:
         if isinstance(item, bool) or not isinstance(item, int) or item < 0:
-            raise ConfigError(name, value, "'all' or a non-empty list of integers >= 0")
+            raise ConfigError(name, _shown(value), _RANKS)
     return tuple(sorted(set(value)))
+
+
+def _shown(value: list[Any] | tuple[Any, ...] | range) -> object:
+    """Return ``value``, or a short stand-in when printing it whole would flood the error message."""
+    return value if isinstance(value, range) or len(value) <= 20 else f"<a list of {len(value)} items>"
 
 
 def _int_list(name: str, raw: str) -> tuple[int, ...]:
@@ -349,6 +541,8 @@ def _int_list(name: str, raw: str) -> tuple[int, ...]:
         raise ConfigError(name, raw, "'all' or a comma-separated list of integers, e.g. '0,1'") from None
     if not items or any(i < 0 for i in items):
         raise ConfigError(name, raw, "'all' or a comma-separated list of integers >= 0")
+    if len(items) > MAX_RANKS:
+        raise ConfigError(name, f"<{len(items)} ranks>", _TOO_MANY_RANKS)
     return tuple(sorted(set(items)))
 
 
@@ -358,23 +552,3 @@ def _safe_name(text: str) -> bool:
 
 def _is_omegaconf(obj: object) -> bool:
     return type(obj).__module__.startswith("omegaconf")
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        import yaml
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise ConfigError("config", str(path), "YAML files need PyYAML: pip install 'profctx[yaml]'") from None
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError("config", str(path), f"a readable YAML file ({exc.strerror})") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError("config", str(path), f"valid YAML ({exc})") from None
-    if data is None:
-        return {"enable": False}
-    if not isinstance(data, dict):
-        raise ConfigError("config", str(path), "a YAML mapping of profctx fields")
-    return data

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final, Literal, TypedDict
 
+from . import manifest
 from ._identity import Identity
 from ._layout import MANIFEST_DIR, safe
 from ._log import logger, warn_once
@@ -239,37 +240,24 @@ class ManifestWriter:
 def iter_records(save_path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     """Yield every raw record of every shard under ``save_path``, shard by shard.
 
-    A line that does not parse (a shard cut short by a crash) is skipped.
+    A line that does not parse (a shard cut short by a crash) is skipped. Delegates to
+    :class:`profctx.manifest.ManifestReader`.
     """
-    folder = Path(save_path) / MANIFEST_DIR
-    if not folder.is_dir():
-        return
-    for shard in sorted(folder.glob("*.jsonl")):
-        try:
-            text = shard.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            continue
-        for line in text.splitlines():
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict) and int(record.get("v", 0)) <= VERSION:
-                record["shard"] = shard.name
-                yield record
+    return manifest.ManifestReader(save_path).lines()
 
 
 def read(save_path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Return one merged record per capture under ``save_path``, ordered by start time.
 
     A capture with a ``started`` record and no ``finished`` one has status ``"open"``
-    (still running, or its process died).
+    (still running, or its process died). Delegates to :class:`profctx.manifest.ManifestReader`;
+    :func:`profctx.manifest.read` returns typed records instead.
     """
-    merged: dict[str, dict[str, Any]] = {}
-    for record in iter_records(save_path):
-        key = str(record.get("capture", ""))
-        entry = merged.setdefault(key, {"status": "open"})
-        entry.update({k: v for k, v in record.items() if k != "event"})
-    return sorted(merged.values(), key=lambda r: (r.get("start_time") or r.get("time") or 0, r.get("rank", 0)))
+    merged = list(manifest.ManifestReader(save_path).merged())
+    return sorted(merged, key=_order)
+
+
+def _order(record: Mapping[str, Any]) -> tuple[float, int]:
+    when = record.get("start_time") or record.get("time") or 0
+    rank = record.get("rank", 0)
+    return (float(when) if isinstance(when, (int, float)) else 0.0, rank if isinstance(rank, int) else 0)

@@ -1,4 +1,4 @@
-"""Merge the traces of one step (every rank, role and engine replica) into one Chrome trace.
+"""Merge the traces of a run (some steps or all; every rank, role and engine replica) into one Chrome trace.
 
 Clock alignment. torch.profiler (and engines built on it) write event ``ts`` in microseconds
 relative to the top-level ``baseTimeNanoseconds``, so ``baseTimeNanoseconds / 1000 + ts`` is
@@ -8,49 +8,73 @@ event starts at its capture's manifest ``start_time`` (approximate: marked in th
 The merged file's ``baseTimeNanoseconds`` is the whole second at or before the earliest
 capture start, and its ``ts`` are relative to it, so readers of either convention agree.
 
-Each (capture, original process) becomes one process of the merged trace, named after the
-capture (``rank 0 · actor_update``); thread ids become integers with ``thread_name``
-metadata; flow and async ids are made unique per capture. Inputs are streamed event by event
+Processes. One process of the merged trace per process of the job: a worker (run, host, pid,
+group and rank) or an engine replica, named ``rank 0``, ``actor rank 0``, ``vllm replica 1``
+(with the run id when several runs are merged, and host:pid when two would share a name).
+Every capture of that process lands in it; a ``profctx captures`` thread holds one span per
+capture (``step 3 · actor_update``), and a first ``steps`` process holds one span per step.
+Flow and async ids are made unique per capture. Inputs are streamed in batches
 (:mod:`profctx._tracejson`), so memory stays near one read buffer whatever the inputs' size.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gzip
-import io
+import gc
 import json
 import math
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import queue
+import threading
+import zlib
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TextIO
+from typing import IO, Any, Final
 
 from ._layout import temporary
 from ._tracejson import EVENTS, TraceFormatError, TraceStream, header, is_trace_file
+from .manifest import CaptureRecord
+
+try:
+    import orjson as _orjson
+
+    def _dumps(value: Any) -> bytes:
+        try:
+            return _orjson.dumps(value, default=str)
+        except TypeError:  # a string orjson refuses (lone surrogate from a damaged file)
+            return json.dumps(value, default=str, separators=(",", ":")).encode()
+except ImportError:  # pragma: no cover - exercised when the extra is absent
+
+    def _dumps(value: Any) -> bytes:
+        return json.dumps(value, default=str, separators=(",", ":")).encode()
 
 #: Event phases whose ``id`` pairs events (flows, async, object events): made unique per capture.
 _ID_PHASES: Final = frozenset("stfbenSTFpNODP")
 #: Bits kept from an input's integer id; the capture's index fills the bits above.
 _ID_BITS: Final = 40
+_ID_MASK: Final = (1 << _ID_BITS) - 1
 #: A ``ts`` above this is already Unix time in microseconds (after September 2001).
 _EPOCH_US: Final = 1e15
 #: Metadata events replaced by the merged trace's own names.
-_RENAMED: Final = frozenset({"process_name", "process_labels", "process_sort_index", "thread_name"})
-#: Key, among an input's pids, of the process its pseudo-processes fold into.
+_RENAMED: Final = frozenset({"process_name", "process_labels", "process_sort_index", "thread_name",
+                             "thread_sort_index"})
+#: Key, among an input's pids, of torch's string pseudo-processes ("Spans", "Traces", "").
 _MAIN: Final = "\0main"
-#: Events written per ``write`` call.
-_BATCH: Final = 2000
+#: Thread, in each merged process, holding one span per capture.
+CAPTURES_TID: Final = 999_999_000
+#: Merged pid of the process holding one span per step.
+STEPS_PID: Final = 1
+#: First pid given to a merged process whose own pid is taken (above any OS's pid range).
+_FRESH_PID: Final = 1 << 30
 
 
 @dataclass
 class MergeInput:
-    """One trace file of one capture, with the label its processes get."""
+    """One trace file of one capture."""
 
     path: Path
-    record: Mapping[str, Any]
-    label: str
+    record: CaptureRecord
     order: tuple[Any, ...]
 
 
@@ -62,48 +86,50 @@ class MergeResult:
     inputs: int = 0
     events: int = 0
     processes: int = 0
+    steps: list[int] = field(default_factory=list)
+    runs: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     approximate: list[str] = field(default_factory=list)
 
 
-def label(record: Mapping[str, Any]) -> str:
-    """Return the process label of a capture: ``rank 0 · actor_update`` or ``vllm replica 1 · rollout``."""
-    role = record.get("role") or "step"
-    steps = record.get("steps") or []
-    span = f" · steps {steps[0]}-{steps[-1]}" if len(steps) > 1 else ""
-    if record.get("kind") == "engine":
-        who = f"{record.get('engine') or 'engine'} replica {record.get('replica', '?')}"
-    else:
-        who = f"rank {record.get('rank', '?')}"
-    return f"{who} · {role}{span}"
+def _process_order(record: CaptureRecord) -> tuple[Any, ...]:
+    if record.is_engine:
+        return (2, record.engine or "", record.replica if record.replica is not None else -1)
+    if record.group == "driver":
+        return (0, "", -1)
+    return (1, record.group or "", record.rank if record.rank is not None else -1)
 
 
-def plan(save_path: Path, records: Iterable[Mapping[str, Any]], step: int) -> tuple[list[MergeInput], list[str]]:
-    """Return the trace files of captures covering ``step``, in display order, and notes on files left out.
+def plan(save_path: Path, records: Iterable[CaptureRecord],
+         steps: Collection[int] | None = None) -> tuple[list[MergeInput], list[str]]:
+    """Return the trace files of captures covering any of ``steps`` (all when ``None``), in display order.
 
-    Engine captures usually list no files (the engine writes them itself, later): their trace
-    files are found in the capture's folder, less any file another capture lists.
+    Also return notes on files left out. Engine captures usually list no files (the engine
+    writes them itself, later): their trace files are found in the capture's folder, less any
+    file another capture lists.
     """
     records = list(records)
-    listed = {str(f.get("path")) for r in records for f in (r.get("files") or ())}
+    listed = {f.path for r in records for f in r.files}
+    first: dict[str, float] = {}
+    for r in records:
+        key = r.run or ""
+        first[key] = min(first.get(key, r.begin), r.begin)
+    run_order = {run: i for i, run in enumerate(sorted(first, key=lambda x: (first[x], x)))}
     inputs: list[MergeInput] = []
     notes: list[str] = []
+    wanted = None if steps is None else set(steps)
     for record in records:
-        steps = record.get("steps") or ([record["step"]] if record.get("step") is not None else [])
-        if step not in steps:
+        if wanted is not None and not wanted.intersection(record.steps):
             continue
-        engine = record.get("kind") == "engine"
-        paths = [str(entry.get("path", "")) for entry in record.get("files") or ()]
-        if engine and not paths and record.get("folder"):
-            paths = _engine_files(save_path, str(record["folder"]), listed)
+        paths = [f.path for f in record.files]
+        if record.is_engine and not paths and record.folder:
+            paths = _engine_files(save_path, record.folder, listed)
         for rel in paths:
             if not is_trace_file(rel):
                 notes.append(f"{rel}: not a Chrome trace, left out")
                 continue
-            number = record.get("replica" if engine else "rank")
-            order = (1 if engine else 0, number if isinstance(number, int) else 0,
-                     float(record.get("start_time") or 0.0), rel)
-            inputs.append(MergeInput(save_path / rel, record, label(record), order))
+            order = (run_order.get(record.run or "", 0), _process_order(record), record.begin, rel)
+            inputs.append(MergeInput(save_path / rel, record, order))
     inputs.sort(key=lambda item: item.order)
     return inputs, notes
 
@@ -120,100 +146,81 @@ def _engine_files(save_path: Path, folder: str, listed: set[str]) -> list[str]:
     return found
 
 
-def merge(
-    inputs: Sequence[MergeInput],
-    output: Path,
-    *,
-    step: int | None = None,
-    compress_level: int = 1,
-    progress: Callable[[int, int], None] | None = None,
-) -> MergeResult:
-    """Write one ``.json.gz`` (or ``.json``) Chrome trace holding every event of ``inputs``.
+class _Sink:
+    """Write bytes to a file, through a gzip stream when the name ends in ``.gz``; count events.
 
-    The file is written under a temporary name and renamed. A missing or damaged input is
-    reported in :attr:`MergeResult.problems` (events read before the damage are kept).
-    ``progress(done_bytes, total_bytes)`` is called as input bytes are consumed.
+    Compression runs on a thread of its own (zlib releases the GIL), so it overlaps the parsing
+    of the next batch; at most a few batches wait in its queue.
     """
-    result = MergeResult(output=output)
-    starts = [float(i.record.get("start_time") or 0.0) for i in inputs]
-    known = [s for s in starts if s > 0]
-    out_base_ns = math.floor(min(known)) * 1_000_000_000 if known else 0
-    total = sum(_size(i.path) for i in inputs)
-    done = 0
-    processes: list[_Process] = []
-    sources: list[dict[str, Any]] = []
-    tmp = temporary(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    raw = open(tmp, "wb")  # noqa: SIM115 - closed below, in every path
-    try:
-        sink: Any = (
-            gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=compress_level, mtime=0)
-            if output.name.endswith(".gz") else raw
-        )
-        with io.TextIOWrapper(sink, encoding="utf-8") as out:
-            head = {"schemaVersion": 1, "displayTimeUnit": "ms", "baseTimeNanoseconds": out_base_ns}
-            out.write(json.dumps(head)[:-1] + ',\n"traceEvents":[\n')
-            writer = _Writer(out)
-            for index, item in enumerate(inputs):
 
-                def report(consumed: int, base: int = done) -> None:
-                    if progress:
-                        progress(base + consumed, total)
-
-                sources.append(_merge_one(index, item, out_base_ns, writer, processes, result, report))
-                done += _size(item.path)
-                if progress:
-                    progress(done, total)
-            for proc in processes:
-                for event in proc.metadata():
-                    writer.add(event)
-            writer.flush()
-            tail = {"profctx": {"merged": True, "step": step, "captures": sources}}
-            out.write("\n]," + json.dumps(tail, default=str)[1:] + "\n")
-        raw.close()
-        os.replace(tmp, output)
-    except BaseException:
-        raw.close()
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    result.inputs = len(inputs)
-    result.events = writer.count
-    result.processes = len(processes)
-    return result
-
-
-class _Writer:
-    """Join events into large writes; count them."""
-
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
-        self.batch: list[str] = []
+    def __init__(self, raw: IO[bytes], gzip_level: int | None) -> None:
+        self.raw = raw
+        self.zip: Any = zlib.compressobj(gzip_level, zlib.DEFLATED, 31) if gzip_level is not None else None
         self.count = 0
+        self.failed: BaseException | None = None
+        self.queue: queue.Queue[bytes | None] = queue.Queue(maxsize=4)
+        self.thread: threading.Thread | None = None
+        if self.zip is not None:
+            self.thread = threading.Thread(target=self._drain, name="profctx-merge-gzip", daemon=True)
+            self.thread.start()
 
-    def add(self, event: Mapping[str, Any]) -> None:
-        self.batch.append(json.dumps(event, separators=(",", ":"), default=str))
-        if len(self.batch) >= _BATCH:
-            self.flush()
+    def _drain(self) -> None:
+        while True:
+            data = self.queue.get()
+            if data is None:
+                return
+            if self.failed is None:
+                try:
+                    self.raw.write(self.zip.compress(data))
+                except BaseException as exc:  # noqa: BLE001 - handed to the merging thread
+                    self.failed = exc
 
-    def flush(self) -> None:
-        if not self.batch:
+    def write(self, data: bytes) -> None:
+        if self.failed is not None:
+            raise self.failed
+        if self.thread is not None:
+            self.queue.put(data)
+        else:
+            self.raw.write(data)
+
+    def events(self, events: list[Any]) -> None:
+        if not events:
             return
-        self.out.write((",\n" if self.count else "") + ",\n".join(self.batch))
-        self.count += len(self.batch)
-        self.batch.clear()
+        body = _dumps(events)[1:-1]  # "[a,b]" -> "a,b": one C call for the whole batch
+        self.write(b",\n" + body if self.count else body)
+        self.count += len(events)
+
+    def close(self) -> None:
+        """Finish the stream (wait for the compressing thread); raise what it met."""
+        if self.thread is not None:
+            self.queue.put(None)
+            self.thread.join()
+            self.thread = None
+        if self.failed is not None:
+            raise self.failed
+        if self.zip is not None:
+            self.raw.write(self.zip.flush())
+
+    def abort(self) -> None:
+        """Stop the compressing thread without finishing the stream."""
+        if self.thread is not None:
+            self.failed = self.failed or RuntimeError("merge aborted")
+            self.queue.put(None)
+            self.thread.join()
+            self.thread = None
 
 
 class _Process:
-    """One process of the merged trace: a capture's original process under a new pid."""
+    """One process of the merged trace."""
 
-    def __init__(self, pid: int, label: str, labels: str) -> None:
+    def __init__(self, pid: int, record: CaptureRecord, multi_run: bool, order: int) -> None:
         self.pid = pid
-        self.label = label
-        self.labels = labels
+        self.order = order
+        self.record = record
+        self.label = record.who + (f" · run {record.run}" if multi_run and record.run else "")
         self.original_name: str | None = None
         self.threads: dict[Any, int] = {}
-        self.thread_names: dict[int, str] = {}
+        self.thread_names: dict[int, str] = {CAPTURES_TID: "profctx captures"}
 
     def tid(self, original: Any) -> int:
         """Return the merged integer tid for ``original``, naming string tids after themselves."""
@@ -229,77 +236,330 @@ class _Process:
         self.threads[original] = new
         return new
 
-    def metadata(self) -> list[dict[str, Any]]:
+    def labels(self) -> str:
+        r = self.record
+        if r.is_engine:
+            return f"run {r.run}, {r.engine} {r.version or ''} replica {r.replica}, host {r.host}, pid {r.pid}"
+        group = f"group {r.group}, " if r.group else ""
+        return f"run {r.run}, {group}rank {r.rank} of {r.world_size}, host {r.host}, pid {r.pid}"
+
+    def metadata(self, name: str) -> list[dict[str, Any]]:
         """Return the ``M`` events naming this process and each of its threads."""
-        name = self.label
         if self.original_name and self.original_name not in ("python", ""):
-            name = f"{self.label} · {self.original_name}"
+            name = f"{name} · {self.original_name}"
         events: list[dict[str, Any]] = [
             {"ph": "M", "name": "process_name", "pid": self.pid, "tid": 0, "ts": 0, "args": {"name": name}},
-            {"ph": "M", "name": "process_labels", "pid": self.pid, "tid": 0, "ts": 0, "args": {"labels": self.labels}},
+            {"ph": "M", "name": "process_labels", "pid": self.pid, "tid": 0, "ts": 0,
+             "args": {"labels": self.labels()}},
             {"ph": "M", "name": "process_sort_index", "pid": self.pid, "tid": 0, "ts": 0,
-             "args": {"sort_index": self.pid}},
+             "args": {"sort_index": self.order}},
         ]
-        for tid in sorted(set(self.threads.values())):
+        for tid in sorted({*self.threads.values(), CAPTURES_TID}):
             tname = self.thread_names.get(tid, f"thread {tid}")
             events.append({"ph": "M", "name": "thread_name", "pid": self.pid, "tid": tid, "ts": 0,
                            "args": {"name": tname}})
         return events
 
 
+def merge(
+    inputs: Sequence[MergeInput],
+    output: Path,
+    *,
+    steps: Sequence[int] | None = None,
+    compress_level: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+) -> MergeResult:
+    """Write one ``.json.gz`` (or ``.json``) Chrome trace holding every event of ``inputs``.
+
+    The file is written under a temporary name and renamed. A missing or damaged input is
+    reported in :attr:`MergeResult.problems` (events read before the damage are kept).
+    ``progress(done_bytes, total_bytes)`` is called as input bytes are consumed.
+    """
+    result = MergeResult(output=output)
+    records = [i.record for i in inputs]
+    known = [r.start_time for r in records if r.start_time]
+    out_base_ns = math.floor(min(known)) * 1_000_000_000 if known else 0
+    # torch writes one baseTimeNanoseconds for every process of a host (whole seconds): taking the
+    # smallest as the merged base leaves most events' ts untouched, which is most of the merge's speed.
+    bases = [b for b in (_head_base(i.path) for i in inputs) if b is not None and b <= out_base_ns]
+    if bases:
+        out_base_ns = min(bases)
+    base_us = out_base_ns / 1000
+    result.runs = list(dict.fromkeys(r.run or "" for r in records))
+    result.steps = sorted({s for r in records for s in r.steps} if steps is None else set(steps))
+    multi_run = len(result.runs) > 1
+    total = sum(_size(i.path) for i in inputs)
+    done = 0
+    processes: dict[tuple[Any, ...], _Process] = {}
+    sources: list[dict[str, Any]] = []
+    tmp = temporary(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    raw = open(tmp, "wb")  # noqa: SIM115 - closed below, in every path
+    sink = _Sink(raw, compress_level if output.name.endswith(".gz") else None)
+    # Millions of short-lived event dicts would set off the cyclic collector again and again for
+    # nothing (they hold no cycles; reference counting frees them): pause it for the merge.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        head = {"schemaVersion": 1, "displayTimeUnit": "ms", "baseTimeNanoseconds": out_base_ns}
+        sink.write(json.dumps(head)[:-1].encode() + b',\n"traceEvents":[\n')
+        for index, item in enumerate(inputs):
+
+            def report(consumed: int, base: int = done) -> None:
+                if progress:
+                    progress(base + consumed, total)
+
+            sources.append(_merge_one(index, item, out_base_ns, sink, processes, multi_run, result, report))
+            done += _size(item.path)
+            if progress:
+                progress(done, total)
+        sink.events(_step_spans(inputs, base_us, multi_run, result.steps))
+        names = _names(list(processes.values()))
+        for proc in processes.values():
+            sink.events(proc.metadata(names[proc.pid]))
+        tail = {"profctx": {"merged": True, "steps": result.steps, "runs": result.runs, "captures": sources}}
+        sink.write(b"\n]," + json.dumps(tail, default=str)[1:].encode() + b"\n")
+        sink.close()
+        raw.close()
+        os.replace(tmp, output)
+    except BaseException:
+        sink.abort()
+        raw.close()
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    finally:
+        if collecting:
+            gc.enable()
+    result.inputs = len(inputs)
+    result.events = sink.count
+    result.processes = len(processes) + 1
+    return result
+
+
+def _names(processes: list[_Process]) -> dict[int, str]:
+    """Return each process's name, with ``host:pid`` added where two would share one."""
+    seen: dict[str, int] = {}
+    for proc in processes:
+        key = proc.label
+        seen[key] = seen.get(key, 0) + 1
+    names = {}
+    for proc in processes:
+        r = proc.record
+        clash = seen[proc.label] > 1 and not r.is_engine
+        names[proc.pid] = f"{proc.label} · {r.host}:{r.pid}" if clash else proc.label
+    return names
+
+
+def _step_spans(inputs: Sequence[MergeInput], base_us: float, multi_run: bool,
+                steps: Sequence[int]) -> list[dict[str, Any]]:
+    """Return the ``steps`` process: one span per (run, step), from its first capture's start to its last's end."""
+    spans: dict[tuple[str, int], list[float]] = {}
+    wanted = set(steps)
+    for item in inputs:
+        r = item.record
+        if not r.start_time or not r.end_time:
+            continue
+        for step in r.steps:
+            if step not in wanted:
+                continue
+            span = spans.setdefault((r.run or "", step), [r.start_time, r.end_time])
+            span[0], span[1] = min(span[0], r.start_time), max(span[1], r.end_time)
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "name": "process_name", "pid": STEPS_PID, "tid": 0, "ts": 0, "args": {"name": "steps"}},
+        {"ph": "M", "name": "process_sort_index", "pid": STEPS_PID, "tid": 0, "ts": 0, "args": {"sort_index": 0}},
+        {"ph": "M", "name": "thread_name", "pid": STEPS_PID, "tid": 0, "ts": 0, "args": {"name": "global step"}},
+    ]
+    for (run, step), (begin, end) in sorted(spans.items(), key=lambda kv: kv[1][0]):
+        name = f"step {step}" + (f" · run {run}" if multi_run else "")
+        events.append({"ph": "X", "cat": "profctx", "name": name, "pid": STEPS_PID, "tid": 0,
+                       "ts": round(begin * 1e6 - base_us, 3), "dur": round((end - begin) * 1e6, 3),
+                       "args": {"step": step, "run": run}})
+    return events
+
+
 def _merge_one(
     index: int,
     item: MergeInput,
     out_base_ns: int,
-    writer: _Writer,
-    processes: list[_Process],
+    sink: _Sink,
+    processes: dict[tuple[Any, ...], _Process],
+    multi_run: bool,
     result: MergeResult,
     progress: Callable[[int], None],
 ) -> dict[str, Any]:
     record = item.record
     source: dict[str, Any] = {
-        key: record.get(key)
-        for key in ("capture", "run", "kind", "rank", "world_size", "host", "pid", "steps", "role",
-                    "engine", "version", "replica", "backend", "start_time", "end_time")
-        if record.get(key) is not None
+        key: value for key, value in record.as_dict().items()
+        if key in ("capture", "run", "kind", "rank", "world_size", "host", "pid", "group", "steps", "role",
+                   "engine", "version", "replica", "backend", "start_time", "end_time", "status")
     }
     source["file"] = item.path.name
-    source["label"] = item.label
+    source["label"] = record.who
     if not item.path.is_file():
         result.problems.append(f"{item.path}: missing")
         source["error"] = "missing"
         return source
-    identity = f"run {record.get('run')}, rank {record.get('rank')} of {record.get('world_size')}, " \
-               f"host {record.get('host')}, pid {record.get('pid')}, capture {record.get('capture')}"
-    pids: dict[Any, _Process] = {}
-    shift_us: float | None = None
+    owner = (*record.process, record.group or "", record.rank)
+    mapper = _Mapper(index, owner, record, processes, multi_run)
     meta: dict[str, Any] = {}
-    count = seen = 0
+    count = 0
     try:
         with TraceStream(item.path) as stream:
-            for key, value in stream.items():
+            for key, value in stream.batches():
                 if key != EVENTS:
                     meta[key] = value
                     continue
-                seen += 1
-                if seen % 20000 == 0:
-                    progress(stream.consumed)
-                if not isinstance(value, dict) or "ph" not in value:
-                    continue
-                if shift_us is None:
-                    shift_us = _shift(item, meta, out_base_ns, result)
-                if _remap(value, index, shift_us, pids, processes, item.label, identity):
-                    writer.add(value)
-                    count += 1
+                if mapper.shift_us is None:
+                    mapper.shift_us = _shift(item, meta, out_base_ns, result)
+                kept = mapper.remap(value)
+                sink.events(kept)
+                count += len(kept)
+                progress(stream.consumed)
     except (TraceFormatError, OSError) as exc:
         result.problems.append(str(exc))
         source["error"] = str(exc)
+    main = mapper.main()
+    if record.start_time and record.end_time:
+        role = record.role or "step"
+        steps = record.steps
+        span = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}" if steps else "no step"
+        sink.events([{"ph": "X", "cat": "profctx", "name": f"{span} · {role}", "pid": main.pid, "tid": CAPTURES_TID,
+                      "ts": round(record.start_time * 1e6 - out_base_ns / 1000, 3),
+                      "dur": round((record.end_time - record.start_time) * 1e6, 3),
+                      "args": {"capture": record.capture, "status": record.status, "file": item.path.name}}])
+        count += 1
     for key in ("profctx", "distributedInfo"):
         if key in meta:
             source[f"trace_{key}"] = meta[key]
-    source["pids"] = [p.pid for p in pids.values()]
+    source["pids"] = sorted({p.pid for p in mapper.pids.values()})
     source["events"] = count
     return source
+
+
+class _Mapper:
+    """Rewrite one input's events for the merged trace: pids, tids, clock, ids."""
+
+    def __init__(self, index: int, owner: tuple[Any, ...], record: CaptureRecord,
+                 processes: dict[tuple[Any, ...], _Process], multi_run: bool) -> None:
+        self.index = index
+        self.owner = owner
+        self.record = record
+        self.processes = processes
+        self.multi_run = multi_run
+        self.pids: dict[Any, _Process] = {}
+        self.shift_us: float | None = None
+
+    def _process(self, key: Any) -> _Process:
+        proc = self.pids.get(key)
+        if proc is not None:
+            return proc
+        # The capture's own process takes torch's string pseudo-processes and the first real pid;
+        # an engine trace may hold further pids (its workers), each a process of its own.
+        if key == _MAIN or not any(k != _MAIN for k in self.pids):
+            merged_key: tuple[Any, ...] = (*self.owner, "first")
+        else:
+            merged_key = (*self.owner, "pid", key)
+        proc = self.processes.get(merged_key)
+        if proc is None:
+            proc = _Process(self._new_pid(key), self.record, self.multi_run, len(self.processes) + STEPS_PID + 1)
+            self.processes[merged_key] = proc
+        self.pids[key] = proc
+        return proc
+
+    def _new_pid(self, key: Any) -> int:
+        """Keep the trace's own pid when no other merged process has it (events then need no rewrite)."""
+        taken = {p.pid for p in self.processes.values()}
+        if type(key) is int and key > STEPS_PID and key < _FRESH_PID and key not in taken:
+            return int(key)
+        return _FRESH_PID + len(self.processes)
+
+    def main(self) -> _Process:
+        """Return the merged process the capture's own events went to."""
+        if self.pids:
+            return next(iter(self.pids.values()))
+        return self._process(_MAIN)
+
+    def remap(self, events: list[Any]) -> list[Any]:
+        """Rewrite ``events`` in place; return those to keep.
+
+        The common event (an int pid kept as is, an int tid, a clock shift of zero) is only
+        looked at, never rewritten: this loop is most of a merge's time.
+        """
+        shift = self.shift_us or 0.0
+        id_high = self.index << _ID_BITS
+        prefix = f"c{self.index}:"
+        kept = []
+        pids = self.pids
+        for event in events:
+            if type(event) is not dict:
+                continue
+            phase = event.get("ph")
+            if phase is None:
+                continue
+            original = event.get("pid", "")
+            proc = pids.get(original) if type(original) is int else None
+            if proc is None:
+                proc = self._slow(event, original)
+                if proc is None:
+                    continue
+            else:
+                if proc.pid != original:
+                    event["pid"] = proc.pid
+                tid = event.get("tid", 0)
+                if type(tid) is int:
+                    if tid not in proc.threads:
+                        proc.threads[tid] = tid
+                else:
+                    event["tid"] = proc.tid(tid)
+                if phase == "M":
+                    if not self._metadata(event, proc, original, tid):
+                        continue
+                elif shift:
+                    ts = event.get("ts")
+                    if type(ts) is float or type(ts) is int:
+                        event["ts"] = round(ts + shift, 3)
+            if phase in _ID_PHASES:
+                for id_key in ("id", "bind_id"):
+                    value = event.get(id_key)
+                    if type(value) is int:
+                        event[id_key] = id_high | (value & _ID_MASK)
+                    elif type(value) is str:
+                        event[id_key] = prefix + value
+            kept.append(event)
+        return kept
+
+    def _slow(self, event: dict[str, Any], original: Any) -> _Process | None:
+        """Rewrite an event of a pid not seen yet, or of one of torch's string pseudo-processes."""
+        tid_key = event.get("tid", 0)
+        if type(original) is int:
+            key: Any = original
+        else:
+            key = _MAIN
+            tid_key = (str(original), str(tid_key))
+        proc = self._process(key)
+        event["pid"] = proc.pid
+        if "tid" in event or key == _MAIN:
+            event["tid"] = proc.tid(tid_key)
+        if event["ph"] == "M":
+            return proc if self._metadata(event, proc, key, tid_key) else None
+        ts = event.get("ts")
+        if self.shift_us and (type(ts) is float or type(ts) is int):
+            event["ts"] = round(ts + self.shift_us, 3)
+        return proc
+
+    def _metadata(self, event: dict[str, Any], proc: _Process, key: Any, tid_key: Any) -> bool:
+        """Handle an ``M`` event; return whether to keep it (names are re-emitted under the merged labels)."""
+        name = event.get("name")
+        if name in _RENAMED:
+            args = event.get("args") or {}
+            if name == "process_name" and key != _MAIN and isinstance(args, dict):
+                proc.original_name = str(args.get("name", ""))
+            elif name == "thread_name" and isinstance(args, dict):
+                proc.thread_names[proc.tid(tid_key)] = str(args.get("name", ""))
+            return False
+        event["ts"] = 0
+        return True
 
 
 def _shift(item: MergeInput, meta: dict[str, Any], out_base_ns: int, result: MergeResult) -> float:
@@ -307,70 +567,33 @@ def _shift(item: MergeInput, meta: dict[str, Any], out_base_ns: int, result: Mer
     base = meta.get("baseTimeNanoseconds")
     if not isinstance(base, int):
         # Metadata may follow the events: read the file's top level once more to find out.
-        meta_full, first = header(item.path)
+        try:
+            meta_full, first = header(item.path)
+        except TraceFormatError:
+            meta_full, first = {}, None
         base = meta_full.get("baseTimeNanoseconds")
         if not isinstance(base, int):
             if first is not None and first > _EPOCH_US:
                 base = 0
             else:
-                start = float(item.record.get("start_time") or 0.0)
+                start = item.record.start_time or 0.0
                 result.approximate.append(str(item.path))
                 return start * 1e6 - (first or 0.0) - out_base_ns / 1000
     return (base - out_base_ns) / 1000
 
 
-def _remap(
-    event: dict[str, Any],
-    index: int,
-    shift_us: float,
-    pids: dict[Any, _Process],
-    processes: list[_Process],
-    label: str,
-    identity: str,
-) -> bool:
-    """Rewrite ``event`` in place for the merged trace; return whether to keep it."""
-    original = event.get("pid", "")
-    tid_key = event.get("tid", 0)
-    if isinstance(original, int) and not isinstance(original, bool):
-        key: Any = original
-    else:
-        # torch's string pseudo-processes ("Spans", "Traces", "") become threads of the main process.
-        key = _MAIN
-        tid_key = (str(original), str(tid_key))
-    proc = pids.get(key)
-    if proc is None:
-        main = pids.get(_MAIN)
-        if main is not None and key != _MAIN and not any(isinstance(k, int) for k in pids):
-            proc = main  # the first real pid adopts the process opened for pseudo-processes
-        else:
-            proc = _Process(len(processes) + 1, label, identity)
-            processes.append(proc)
-        pids[key] = proc
-        if isinstance(key, int):
-            pids.setdefault(_MAIN, proc)
-    event["pid"] = proc.pid
-    phase = event.get("ph")
-    if phase == "M" and event.get("name") in _RENAMED:
-        # Names are re-emitted at the end of the merged trace, under the capture's label.
-        args = event.get("args") or {}
-        if event["name"] == "process_name" and key is not _MAIN:
-            proc.original_name = str(args.get("name", ""))
-        elif event["name"] == "thread_name":
-            proc.thread_names[proc.tid(tid_key)] = str(args.get("name", ""))
-        return False
-    if "tid" in event:
-        event["tid"] = proc.tid(tid_key)
-    ts = event.get("ts")
-    if isinstance(ts, (int, float)) and not isinstance(ts, bool):
-        event["ts"] = round(ts + shift_us, 3) if phase != "M" else 0
-    if phase in _ID_PHASES:
-        for id_key in ("id", "bind_id"):
-            value = event.get(id_key)
-            if isinstance(value, int) and not isinstance(value, bool):
-                event[id_key] = (index << _ID_BITS) | (value & ((1 << _ID_BITS) - 1))
-            elif isinstance(value, str):
-                event[id_key] = f"c{index}:{value}"
-    return True
+def _head_base(path: Path) -> int | None:
+    """Return the ``baseTimeNanoseconds`` a trace gives before its events, or ``None``."""
+    try:
+        with TraceStream(path) as stream:
+            for key, value in stream.batches():
+                if key == EVENTS:
+                    return None
+                if key == "baseTimeNanoseconds":
+                    return value if type(value) is int else None
+    except (TraceFormatError, OSError):
+        return None
+    return None
 
 
 def _size(path: Path) -> int:

@@ -56,7 +56,8 @@ class Owner:
     a capture starts or ends, or engines are attached.
     """
 
-    __slots__ = ("_lock", "carried", "carry_cache", "config", "gate", "hooks", "runtime", "switches", "worker")
+    __slots__ = ("_lock", "carried", "carry_cache", "config", "env_read", "gate", "hooks", "runtime", "switches",
+                 "worker")
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -74,6 +75,9 @@ class Owner:
         self.gate: list[object] = []
         #: Role name -> its switch (shared by every ``@profiled`` function of that role).
         self.switches: dict[str, list[bool]] = {}
+        #: Whether the ``PROFCTX_*`` environment was read (by ``configure()``, or by the first
+        #: block of a process that was never configured).
+        self.env_read = False
         #: Whether this process is a Ray worker: a carrier can arrive with any call, so every
         #: ``@profiled`` wrapper stays on to remove the reserved keyword.
         self.worker = False
@@ -160,6 +164,7 @@ class Owner:
             self.runtime = None
             self.carried = None
             self.carry_cache = None
+            self.env_read = False
             self.gate.clear()
             self.refresh()
         for hook in hooks:

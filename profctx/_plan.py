@@ -37,6 +37,11 @@ def role_matches(patterns: Sequence[str], roles: Sequence[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(path, p) for p in patterns)
 
 
+def _may_match_a_path(patterns: Sequence[str]) -> bool:
+    """Return whether a pattern may match a nested role by its whole path, whatever its own name."""
+    return any(c in p for p in patterns for c in "/*?[")
+
+
 @final
 @dataclass(frozen=True)
 class Policy:
@@ -71,19 +76,22 @@ class Policy:
         """Return whether a ``@profiled(role=role)`` call inside an in-window step must run its wrapper.
 
         ``capturing``: a capture is live in this process; ``engines``: engine adapters are
-        attached. A role matters only as a capture of its own, a range in a live capture, or
-        an engine switch; patterns naming a whole path (``a/b``) may match any role, so they
-        keep every role in.
+        attached. A role matters only as a capture of its own, a range in a live capture, a
+        parent in the path of a role capture (role mode keeps every role in), or an engine
+        switch; patterns that may match a whole path (``a/b``, and any wildcard: fnmatch's
+        ``*`` crosses ``/``, so ``actor_*`` matches ``actor_update/fwd``) keep every role in.
         """
-        if engines and (role_matches(self.engine_roles, (role,)) or any("/" in p for p in self.engine_roles)):
+        if engines and (role_matches(self.engine_roles, (role,)) or _may_match_a_path(self.engine_roles)):
             return True
         if not self.selected:
             return False
-        if capturing and self.mode == "role":
-            return True  # nested roles are ranges of the live role capture, whatever the filter
+        if self.mode == "role":
+            # Live capture: nested roles are its ranges, whatever the filter. None: a role the
+            # filter leaves out may hold one it selects, and that capture's path names both.
+            return True
         if self.mode == "step" and not capturing:
             return False
-        return role_matches(self.roles, (role,)) or any("/" in p for p in self.roles)
+        return role_matches(self.roles, (role,)) or _may_match_a_path(self.roles)
 
 
 @final
@@ -219,6 +227,14 @@ class RoleBlock:
 
     role: str
     children: tuple[RoleBlock, ...] = ()
+
+    def paths(self, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+        """Return the role path of this block and of every nested block, in entry order."""
+        here = (*prefix, self.role)
+        out = [here]
+        for child in self.children:
+            out.extend(child.paths(here))
+        return out
 
 
 @dataclass

@@ -1,297 +1,337 @@
-"""Build the HTML report of a run: a timeline of captures and, per capture, its top operations.
+"""Build the HTML report of a run from its summary: where the time of each step goes, and who is slow.
 
-The page is one self-contained file (inline CSS, SVG and a few lines of JavaScript; nothing is
-fetched), so it can be attached to a ticket or opened from a cluster's shared disk.
+Sections: a timeline on a real time axis (one row per process: worker group and rank, engine
+replica, driver), phase shares per step as stacked bars, a processes x roles heat map with
+stragglers marked, top operators per role across processes, and the capture table. The page
+is one self-contained file (inline CSS, SVG and a few lines of JavaScript; nothing is fetched).
 """
 
 from __future__ import annotations
 
 import html
 import math
-import zlib
+import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import Final
 
-from ._tracejson import EVENTS, TraceFormatError, TraceStream, is_trace_file
+from .analysis import CaptureSummary, Summary, process_names
+from .manifest import CaptureRecord
 
-#: Categories that are not operations: torch's whole-capture span.
-_NOT_OPS: Final = frozenset({"Trace"})
-_PALETTE: Final = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f",
-                   "#bab0ac", "#86bcb6")
-_PANEL_W: Final = 240
-_LANE_H: Final = 16
-_ROW_GAP: Final = 6
-_LEFT: Final = 130
-_TOP: Final = 34
-
-
-@dataclass(frozen=True)
-class Op:
-    """One operation name's totals in a trace; times in microseconds."""
-
-    name: str
-    self_us: float
-    total_us: float
-    count: int
+#: 20 colours of high mutual contrast (Kelly's list without white and black), given to roles in order of
+#: first appearance, so no two of the first 20 roles share one.
+PALETTE: Final = ("#0067a5", "#f38400", "#008856", "#be0032", "#875692", "#f3c300", "#a1caf1", "#848482",
+                  "#e68fac", "#c2b280", "#f99379", "#604e97", "#f6a600", "#b3446c", "#dcd300", "#882d17",
+                  "#8db600", "#654522", "#e25822", "#2b3d26")
+_WIDTH: Final = 1180
+_LEFT: Final = 170
+_ROW: Final = 18
+_TOP: Final = 40
 
 
-def top_ops(path: Path, limit: int = 10) -> list[Op]:
-    """Return the ``limit`` operations of a Chrome trace with the most self time.
-
-    Self time is an event's duration minus that of the events nested directly in it on the same
-    thread. Reads the file as a stream but keeps ``(ts, dur, name)`` of every complete event.
-    Raise :class:`~profctx._tracejson.TraceFormatError` or ``OSError`` on an unreadable file.
-    """
-    threads: dict[tuple[str, str], list[tuple[float, float, str]]] = defaultdict(list)
-    with TraceStream(path) as stream:
-        for key, event in stream.items():
-            if key != EVENTS or not isinstance(event, dict) or event.get("ph") != "X":
-                continue
-            if event.get("cat") in _NOT_OPS:
-                continue
-            ts, dur = event.get("ts"), event.get("dur")
-            if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
-                continue
-            threads[(str(event.get("pid")), str(event.get("tid")))].append((ts, dur, str(event.get("name"))))
-    self_time: dict[str, float] = defaultdict(float)
-    total: dict[str, float] = defaultdict(float)
-    count: dict[str, int] = defaultdict(int)
-    for events in threads.values():
-        events.sort(key=lambda e: (e[0], -e[1]))
-        stack: list[list[Any]] = []  # [end, name, child_us]
-        for ts, dur, name in events:
-            while stack and stack[-1][0] <= ts:
-                _end, done, child = stack.pop()
-                self_time[done] -= child
-            if stack:
-                stack[-1][2] += dur
-            stack.append([ts + dur, name, 0.0])
-            self_time[name] += dur
-            total[name] += dur
-            count[name] += 1
-        for _end, done, child in stack:
-            self_time[done] -= child
-    ranked = sorted(self_time, key=lambda n: -self_time[n])[:limit]
-    return [Op(n, max(self_time[n], 0.0), total[n], count[n]) for n in ranked]
+def colours(roles: Sequence[str]) -> dict[str, str]:
+    """Return a colour per role: distinct for the first 20 roles, in the order given."""
+    return {role: PALETTE[i % len(PALETTE)] for i, role in enumerate(dict.fromkeys(roles))}
 
 
-def colour(role: str) -> str:
-    """Return a stable colour for a role name."""
-    return _PALETTE[zlib.crc32(role.encode()) % len(_PALETTE)]
-
-
-def render(
-    save_path: Path,
-    records: Sequence[Mapping[str, Any]],
-    *,
-    damaged: Sequence[str] = (),
-    ops: int = 10,
-    max_trace_bytes: int = 200_000_000,
-) -> str:
-    """Return the report page for ``records`` (the merged manifest of ``save_path``).
-
-    ``ops``: operations listed per capture (0 reads no trace). Traces larger than
-    ``max_trace_bytes`` on disk are not read; the page says so.
-    """
+def render(summary: Summary, records: Sequence[CaptureRecord], *, damaged: Sequence[str] = ()) -> str:
+    """Return the report page of ``summary`` (``records``: every capture listed, whatever its status)."""
     e = html.escape
+    all_roles = list(dict.fromkeys([*summary.roles, *(r.role or "step" for r in records)]))
+    palette = colours(all_roles)
     statuses: dict[str, int] = defaultdict(int)
     for record in records:
-        statuses[str(record.get("status"))] += 1
-    runs = sorted({str(r.get("run")) for r in records})
-    ranks = sorted({int(r["rank"]) for r in records if isinstance(r.get("rank"), int)})
-    steps = sorted({s for r in records for s in (r.get("steps") or [])})
-    total_bytes = sum(int(r.get("bytes") or 0) for r in records)
-    summary = ", ".join(f'<span class="st-{e(s)}">{n} {e(s)}</span>' for s, n in sorted(statuses.items()))
+        statuses[record.status] += 1
+    by_capture = {c.record.capture: c for c in [*summary.captures, *summary.engines]}
+    empty = [c for c in by_capture.values() if c.empty]
+    runs = sorted({r.run or "-" for r in records})
+    names = process_names(records)
+    status_text = ", ".join(f'<span class="st-{e(s)}">{n} {e(s)}</span>' for s, n in sorted(statuses.items()))
     parts = [
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>",
         f"<title>profctx report: {e(', '.join(runs))}</title><style>{_CSS}</style></head><body>",
-        f"<h1>profctx report</h1><p class=meta>run <b>{e(', '.join(runs))}</b> · {e(str(save_path))}</p>",
-        f'<p class=meta id=summary>{len(records)} captures ({summary}) · steps {e(_span(steps))} · '
-        f"ranks {e(_span(ranks))} · {_size(total_bytes)}</p>",
+        f"<h1>profctx report</h1><p class=meta>run <b>{e(', '.join(runs))}</b> · {e(str(summary.save_path))}</p>",
+        f"<p class=meta id=summary>{len(records)} captures ({status_text}) · steps {e(_span(summary.steps))} · "
+        f"{len(_rows(records))} processes · {_size(sum(r.bytes or 0 for r in records))}</p>",
     ]
     if damaged:
         parts.append(f"<p class=warn>{len(damaged)} manifest line(s) unreadable (a write cut by a crash): "
                      f"{e(', '.join(damaged[:10]))}</p>")
-    parts.append("<h2>Timeline</h2><p class=hint>One panel per step, each on its own time scale; one row per "
-                 "rank or engine replica; bars are captures coloured by role. Hatched red: failed; grey "
-                 "diamond: skipped. Click a bar for its details.</p>")
-    parts.append(_timeline(records))
-    parts.append(_legend(records))
-    parts.append('<h2>Captures</h2><input id=filter placeholder="filter: step, role, rank, status…" '
-                 'aria-label=filter><table id=captures><thead><tr><th>step</th><th>role</th><th>rank</th>'
-                 "<th>source</th><th>status</th><th>duration</th><th>blocked</th><th>size</th><th>details</th>"
-                 "</tr></thead><tbody>")
+    if statuses.get("failed"):
+        parts.append(f"<p class=warn id=failed-note>{statuses['failed']} capture(s) failed: see the table below.</p>")
+    if empty:
+        parts.append(f"<p class=warn id=empty-note>{len(empty)} capture(s) hold no operator (an empty trace): "
+                     + e(", ".join(f"step {_span(c.record.steps)} {c.record.role or 'step'} "
+                                   f"{names.get(c.record.process, '')}" for c in empty[:8])) + "</p>")
+    for problem in summary.problems[:10]:
+        parts.append(f"<p class=warn>{e(problem)}</p>")
+    parts.append("<h2>Timeline</h2><p class=hint>One row per process (worker group and rank, engine replica, "
+                 "driver); bars are captures, coloured by role, on one wall-clock axis; grey bands are steps. "
+                 "Hatched red: failed; grey diamond: skipped; dashed: never finished; white with a dot: the "
+                 "trace holds no operator. Hover a bar for its details, click it to jump to its row.</p>")
+    parts.append(_timeline(records, palette, {c.record.capture for c in empty}))
+    parts.append(_legend(all_roles, palette))
+    parts.append("<h2>Phases per step</h2><p class=hint>Each role's time in the step is that of its slowest "
+                 "process (ranks run a role together, the slowest sets the pace); the bar shows each role's share "
+                 "of the sum.</p>")
+    parts.append(_phases(summary, palette))
+    parts.append(f"<h2>Processes &times; roles</h2><p class=hint>Mean time of each process in each role over the steps "
+                 f"shown; darker is slower relative to the role's median. ★ marks a straggler: slower than the "
+                 f"median by more than {summary.straggler_ratio:.2f}&times; in at least one step.</p>")
+    parts.append(_heatmap(summary))
+    parts.append("<h2>Top operators per role</h2><p class=hint>Self time (time in the operator itself, not in "
+                 "operators it called), summed over every process and step of the role; share of the role's "
+                 "total self time.</p>")
+    parts.append(_role_ops(summary, palette))
+    parts.append('<h2>Captures</h2><p class=hint>duration: from the capture\'s start to its stop, as the manifest '
+                 'records it. blocked: how long the training thread waited for the profiler to stop (the files are '
+                 'written afterwards, in the background). size: bytes of the files written.</p>'
+                 '<input id=filter placeholder="filter: step, role, rank, status…" aria-label=filter>'
+                 "<table id=captures><thead><tr><th>step</th><th>role</th><th>process</th><th>source</th>"
+                 "<th>status</th><th>duration</th><th>blocked</th><th>size</th><th>details</th></tr></thead><tbody>")
     for record in records:
-        parts.append(_row(save_path, record, ops, max_trace_bytes))
+        parts.append(_row(record, by_capture.get(record.capture), palette, names[record.process]))
     parts.append("</tbody></table>")
     parts.append(f"<script>{_JS}</script></body></html>")
     return "".join(parts)
 
 
-def _row(save_path: Path, record: Mapping[str, Any], ops: int, max_bytes: int) -> str:
-    e = html.escape
-    status = str(record.get("status"))
-    role = str(record.get("role") or "step")
-    steps = record.get("steps") or []
-    who = f"{record.get('engine')} r{record.get('replica')}" if record.get("kind") == "engine" \
-        else str(record.get("rank"))
-    source = f"{record.get('engine')} {record.get('version') or ''}".strip() if record.get("kind") == "engine" \
-        else str(record.get("backend") or "-")
-    detail: list[str] = []
-    if record.get("reason"):
-        detail.append(f"<div class=reason>{e(str(record['reason']))}</div>")
-    if record.get("error"):
-        detail.append(f"<div class=err>{e(str(record['error']))}</div>")
-    for note in record.get("notes") or ():
-        detail.append(f"<div class=note>{e(str(note))}</div>")
-    for entry in record.get("files") or ():
-        rel = str(entry.get("path"))
-        detail.append(f"<div class=file>{e(rel)} ({_size(entry.get('bytes'))})</div>")
-        if ops and is_trace_file(rel):
-            detail.append(_ops_table(save_path / rel, ops, max_bytes))
-    return (
-        f'<tr id="c-{e(str(record.get("capture")))}" class="st-{e(status)}">'
-        f"<td>{e(_span(steps))}</td><td><i class=sw style=background:{colour(role.rsplit('/', 1)[-1])}></i>"
-        f"{e(role)}</td><td>{e(who)}</td><td>{e(source)}</td><td class=status>{e(status)}</td>"
-        f"<td>{_secs(record.get('duration_s'))}</td><td>{_secs(record.get('blocked_s'))}</td>"
-        f"<td>{_size(record.get('bytes')) if record.get('files') else '-'}</td>"
-        f"<td>{''.join(detail)}</td></tr>"
-    )
+def _rows(records: Sequence[CaptureRecord]) -> dict[tuple[str, ...], str]:
+    """Return the timeline rows in display order: process key -> distinct name."""
+    names = process_names(records)
+    ordered = sorted(records, key=_row_order)
+    return {key: names[key] for key in dict.fromkeys(r.process for r in ordered)}
 
 
-def _ops_table(path: Path, limit: int, max_bytes: int) -> str:
-    e = html.escape
-    try:
-        if path.stat().st_size > max_bytes:
-            return f"<div class=note>not read: larger than {_size(max_bytes)}</div>"
-        found = top_ops(path, limit)
-    except (OSError, TraceFormatError) as exc:
-        return f"<div class=err>cannot read the trace: {e(str(exc))}</div>"
-    if not found:
-        return "<div class=note>no operations in the trace</div>"
-    rows = "".join(
-        f"<tr><td>{e(op.name)}</td><td>{op.self_us / 1000:.3f}</td><td>{op.total_us / 1000:.3f}</td>"
-        f"<td>{op.count}</td></tr>"
-        for op in found
-    )
-    return ("<details><summary>top operations by self time</summary><table class=ops><thead><tr><th>operation"
-            "</th><th>self ms</th><th>total ms</th><th>calls</th></tr></thead><tbody>" + rows + "</tbody></table>"
-            "</details>")
+def _row_order(record: CaptureRecord) -> tuple[int, str, int, str, float]:
+    if record.group == "driver":
+        return (0, "", 0, "", 0.0)
+    if record.is_engine:
+        return (2, record.engine or "", record.replica if record.replica is not None else -1, record.run or "",
+                record.begin)
+    return (1, record.group or "", record.rank if record.rank is not None else -1, record.run or "", record.begin)
 
 
-def _timeline(records: Sequence[Mapping[str, Any]]) -> str:
-    by_step: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
-    for record in records:
-        steps = record.get("steps") or []
-        if steps:
-            by_step[int(steps[0])].append(record)
-    if not by_step:
-        return "<p class=note>no captures with a step</p>"
-    row_keys = sorted({_row_key(r) for r in records}, key=lambda k: (k[0], k[1], k[2]))
-    # Lanes: captures of one row that overlap in time (several workers of one rank) stack.
-    lanes: dict[str, tuple[int, ...]] = {}
-    lane_count: dict[tuple[Any, ...], int] = defaultdict(lambda: 1)
-    for step, group in by_step.items():
-        ends: dict[tuple[Any, ...], list[float]] = defaultdict(list)
-        for record in sorted(group, key=_start):
-            key = _row_key(record)
-            free = [i for i, end in enumerate(ends[key]) if end <= _start(record)]
-            lane = free[0] if free else len(ends[key])
-            if lane == len(ends[key]):
-                ends[key].append(0.0)
-            ends[key][lane] = max(_end(record), _start(record) + 1e-9)
-            lanes[str(record.get("capture"))] = (step, lane)
-            lane_count[key] = max(lane_count[key], lane + 1)
-    row_y: dict[tuple[Any, ...], int] = {}
-    y = _TOP
-    for key in row_keys:
+def _ticks(span: float) -> float:
+    raw = span / 8
+    power = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1.0
+    return next((power * m for m in (1, 2, 5, 10) if power * m >= raw), power * 10)
+
+
+def _timeline(records: Sequence[CaptureRecord], palette: dict[str, str], empty: set[str]) -> str:
+    timed = [r for r in records if r.begin]
+    if not timed:
+        return "<p class=note>no captures with a time</p>"
+    rows = _rows(records)
+    keys = list(rows)
+    # Room for the longest row name (about 7 px a character at the label's 12 px font).
+    left = min(max(_LEFT, 16 + 7 * max(len(name) for name in rows.values())), 420)
+    t0 = min(r.begin for r in timed)
+    t1 = max(max((r.end_time or r.begin) for r in timed), t0 + 1e-3)
+    scale = (_WIDTH - left - 20) / (t1 - t0)
+    # Lanes: captures of one process that overlap in time (threads of one worker) stack.
+    lanes: dict[str, int] = {}
+    lane_count: dict[tuple[str, ...], int] = defaultdict(lambda: 1)
+    ends: dict[tuple[str, ...], list[float]] = defaultdict(list)
+    for record in sorted(timed, key=lambda r: r.begin):
+        slots = ends[record.process]
+        lane = next((i for i, end in enumerate(slots) if end <= record.begin), len(slots))
+        if lane == len(slots):
+            slots.append(0.0)
+        slots[lane] = max(record.end_time or record.begin, record.begin + 1e-9)
+        lanes[record.capture] = lane
+        lane_count[record.process] = max(lane_count[record.process], lane + 1)
+    row_y: dict[tuple[str, ...], float] = {}
+    y: float = _TOP
+    for key in keys:
         row_y[key] = y
-        y += lane_count[key] * _LANE_H + _ROW_GAP
-    width = _LEFT + _PANEL_W * len(by_step) + 10
-    height = y + 6
+        y += lane_count[key] * _ROW + 4
+    height = int(y + 8)
     e = html.escape
-    svg = [f'<div class=scroll><svg id=timeline xmlns="http://www.w3.org/2000/svg" width="{width}" '
-           f'height="{height}" viewBox="0 0 {width} {height}" role=img aria-label="capture timeline">',
+    svg = [f'<div class=scroll><svg id=timeline xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" '
+           f'height="{height}" viewBox="0 0 {_WIDTH} {height}" role=img aria-label="capture timeline">',
            '<defs><pattern id=hatch width=6 height=6 patternUnits=userSpaceOnUse patternTransform="rotate(45)">'
            '<rect width=6 height=6 fill="#fdd"/><line x1=0 y1=0 x2=0 y2=6 stroke="#d33" stroke-width=3/>'
            "</pattern></defs>"]
-    for key in row_keys:
-        svg.append(f'<text class=rowlabel x="{_LEFT - 8}" y="{row_y[key] + _LANE_H - 4}" '
-                   f'text-anchor=end>{e(key[3])}</text>')
-    for column, step in enumerate(sorted(by_step)):
-        group = by_step[step]
-        x0 = _LEFT + column * _PANEL_W
-        t0 = min(_start(r) for r in group)
-        t1 = max(max(_end(r) for r in group), t0 + 1e-3)
-        scale = (_PANEL_W - 12) / (t1 - t0)
-        svg.append(f'<g class=panel data-step="{step}"><rect x="{x0}" y="{_TOP - 4}" width="{_PANEL_W - 4}" '
-                   f'height="{height - _TOP}" class="panelbg"/><text x="{x0 + 4}" y="14" class=steplabel>'
-                   f'step {step}</text><text x="{x0 + 4}" y="27" class=axis>{_secs(t1 - t0)} shown</text>')
-        for record in group:
-            key = _row_key(record)
-            _, lane = lanes[str(record.get("capture"))]
-            by = row_y[key] + lane * _LANE_H
-            bx = x0 + 4 + (_start(record) - t0) * scale
-            bw = max((_end(record) - _start(record)) * scale, 3.0)
-            status = str(record.get("status"))
-            role = str(record.get("role") or "step")
-            tip = (f"step {_span(record.get('steps') or [])} · {role} · {key[3]} · {status} · "
-                   f"{_secs(record.get('duration_s'))}")
-            if record.get("reason") or record.get("error"):
-                tip += f" · {record.get('reason') or record.get('error')}"
-            href = f'#c-{e(str(record.get("capture")))}'
-            if status == "skipped" or not record.get("start_time"):
-                cx, cy = bx, by + _LANE_H / 2 - 1
-                svg.append(f'<a href="{href}"><path class="bar st-{e(status)}" data-capture="'
-                           f'{e(str(record.get("capture")))}" d="M{cx:.1f} {cy - 6:.1f}l6 6l-6 6l-6 -6z">'
-                           f"<title>{e(tip)}</title></path></a>")
-                continue
-            fill = "url(#hatch)" if status == "failed" else colour(role.rsplit("/", 1)[-1])
-            svg.append(f'<a href="{href}"><rect class="bar st-{e(status)}" data-capture="'
-                       f'{e(str(record.get("capture")))}" x="{bx:.1f}" y="{by:.1f}" width="{bw:.1f}" '
-                       f'height="{_LANE_H - 3}" fill="{fill}"><title>{e(tip)}</title></rect></a>')
-        svg.append("</g>")
+    # Step bands.
+    steps: dict[int, list[float]] = {}
+    for r in timed:
+        for s in r.steps:
+            band = steps.setdefault(s, [r.begin, r.end_time or r.begin])
+            band[0], band[1] = min(band[0], r.begin), max(band[1], r.end_time or r.begin)
+    for s, (a, b) in sorted(steps.items()):
+        x = left + (a - t0) * scale
+        w = max((b - a) * scale, 2.0)
+        svg.append(f'<g class=stepband data-step="{s}"><rect x="{x:.1f}" y="{_TOP - 16}" width="{w:.1f}" '
+                   f'height="{height - _TOP + 12}" fill="#f2f2f5"/><text x="{x + 2:.1f}" y="{_TOP - 5}" '
+                   f'class=steplabel>step {s}</text></g>')
+    # Axis.
+    tick = _ticks(t1 - t0)
+    svg.append(f'<g class=axis><line x1="{left}" y1="{height - 4}" x2="{_WIDTH - 20}" y2="{height - 4}" '
+               f'stroke="#999"/>')
+    k = 0
+    while k * tick <= (t1 - t0) + 1e-12:
+        x = left + k * tick * scale
+        svg.append(f'<line x1="{x:.1f}" y1="{_TOP - 20}" x2="{x:.1f}" y2="{height - 4}" stroke="#e3e3e8"/>'
+                   f'<text x="{x:.1f}" y="12" text-anchor=middle class=tick>{_secs(k * tick)}</text>')
+        k += 1
+    svg.append("</g>")
+    for key in keys:
+        svg.append(f'<text class=rowlabel x="{left - 8}" y="{row_y[key] + _ROW - 5}" text-anchor=end>'
+                   f"{e(rows[key])}</text>")
+    for record in timed:
+        by = row_y[record.process] + lanes[record.capture] * _ROW
+        bx = left + (record.begin - t0) * scale
+        bw = max(((record.end_time or record.begin) - record.begin) * scale, 3.0)
+        role = record.role or "step"
+        tip = (f"step {_span(record.steps)} · {role} · {rows[record.process]} · {record.status} · "
+               f"{_secs(record.duration_s)}")
+        if record.reason or record.error:
+            tip += f" · {record.reason or record.error}"
+        cid = e(record.capture)
+        href = f"#c-{cid}"
+        if record.status == "skipped" or not record.start_time:
+            cx, cy = bx, by + _ROW / 2 - 1
+            svg.append(f'<a href="{href}"><path class="bar st-{e(record.status)}" data-capture="{cid}" '
+                       f'd="M{cx:.1f} {cy - 6:.1f}l6 6l-6 6l-6 -6z"><title>{e(tip)}</title></path></a>')
+            continue
+        fill = "url(#hatch)" if record.status == "failed" else palette.get(role, "#999")
+        extra = ""
+        if record.capture in empty:
+            fill, extra = "#fff", " empty"
+            tip += " · the trace holds no operator"
+        svg.append(f'<a href="{href}"><rect class="bar st-{e(record.status)}{extra}" data-capture="{cid}" '
+                   f'data-role="{e(role)}" x="{bx:.1f}" y="{by:.1f}" width="{bw:.1f}" height="{_ROW - 4}" '
+                   f'fill="{fill}"><title>{e(tip)}</title></rect></a>')
+        if extra:
+            svg.append(f'<circle cx="{bx + bw / 2:.1f}" cy="{by + (_ROW - 4) / 2:.1f}" r="2.5" fill="#b00"/>')
     svg.append("</svg></div>")
     return "".join(svg)
 
 
-def _legend(records: Iterable[Mapping[str, Any]]) -> str:
-    roles = sorted({str(r.get("role") or "step").rsplit("/", 1)[-1] for r in records})
-    items = "".join(f"<span><i class=sw style=background:{colour(r)}></i>{html.escape(r)}</span>" for r in roles)
-    return f"<p class=legend id=legend>{items}<span><i class='sw failed'></i>failed</span>" \
-           f"<span><i class='sw skipped'></i>skipped</span></p>"
+def _legend(roles: Sequence[str], palette: dict[str, str]) -> str:
+    items = "".join(f'<span data-role="{html.escape(r)}"><i class=sw style="background:{palette[r]}"></i>'
+                    f"{html.escape(r)}</span>" for r in roles)
+    return (f"<p class=legend id=legend>{items}<span><i class='sw failed'></i>failed</span>"
+            "<span><i class='sw skipped'></i>skipped</span><span><i class='sw empty'></i>empty trace</span></p>")
 
 
-def _row_key(record: Mapping[str, Any]) -> tuple[int, int, str, str]:
-    if record.get("kind") == "engine":
-        replica = record.get("replica")
-        number = replica if isinstance(replica, int) else 0
-        name = str(record.get("engine") or "engine")
-        return (1, number, name, f"{name} replica {replica}")
-    rank = record.get("rank")
-    return (0, rank if isinstance(rank, int) else -1, "", f"rank {rank}")
+def _phases(summary: Summary, palette: dict[str, str]) -> str:
+    if not summary.phases:
+        return "<p class=note>no completed single-step captures: nothing to break down</p>"
+    e = html.escape
+    out = ["<table id=phases class=phases><thead><tr><th>step</th><th>wall</th><th>roles (share of the step)</th>"
+           "</tr></thead><tbody>"]
+    for step in summary.steps:
+        items = sorted((p for p in summary.phases if p.step == step), key=lambda p: summary.roles.index(p.role)
+                       if p.role in summary.roles else 99)
+        if not items:
+            continue
+        segs = "".join(
+            f'<span class=seg data-role="{e(p.role)}" style="width:{p.share * 100:.2f}%;background:'
+            f'{palette.get(p.role, "#999")}" title="{e(p.role)}: {_secs(p.time_s)} ({p.share:.0%})">'
+            f"{e(p.role) if p.share > 0.12 else ''} {f'{p.share:.0%}' if p.share > 0.06 else ''}</span>"
+            for p in items)
+        out.append(f'<tr data-step="{step}"><td>{step}</td><td>{_secs(summary.step_wall.get(step))}</td>'
+                   f"<td><div class=stack>{segs}</div></td></tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
 
 
-def _start(record: Mapping[str, Any]) -> float:
-    return float(record.get("start_time") or record.get("time") or record.get("end_time") or 0.0)
+def _heatmap(summary: Summary) -> str:
+    if not summary.phases:
+        return "<p class=note>no data</p>"
+    e = html.escape
+    roles = [r for r in summary.roles if any(p.role == r for p in summary.phases)]
+    values: dict[tuple[str, str], list[float]] = defaultdict(list)
+    marked: set[tuple[str, str]] = set()
+    for p in summary.phases:
+        for who, t in p.per_process.items():
+            values[(who, p.role)].append(t)
+        if p.straggler:
+            marked.add((p.straggler, p.role))
+    processes = [w for w in summary.processes if any((w, r) in values for r in roles)]
+    medians = {r: statistics.median([sum(v) / len(v) for (w, rr), v in values.items() if rr == r] or [0.0])
+               for r in roles}
+    out = ["<table id=heatmap class=heat><thead><tr><th>process</th>"
+           + "".join(f"<th>{e(r)}</th>" for r in roles) + "</tr></thead><tbody>"]
+    for who in processes:
+        cells = []
+        for role in roles:
+            v = values.get((who, role))
+            if not v:
+                cells.append("<td class=none>-</td>")
+                continue
+            mean = sum(v) / len(v)
+            rel = mean / medians[role] if medians[role] else 1.0
+            alpha = max(0.05, min(0.85, 0.25 + (rel - 1.0) * 1.2))
+            star = (who, role) in marked
+            cells.append(f'<td class="cell{" straggler" if star else ""}" data-process="{e(who)}" '
+                         f'data-role="{e(role)}" style="background:rgba(190,0,50,{alpha:.2f})" '
+                         f'title="{e(who)} · {e(role)}: {_secs(mean)} mean over {len(v)} step(s), '
+                         f'{rel:.2f}&times; the median">{_secs(mean)}{" ★" if star else ""}</td>')
+        out.append(f"<tr><th>{e(who)}</th>{''.join(cells)}</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
 
 
-def _end(record: Mapping[str, Any]) -> float:
-    return float(record.get("end_time") or _start(record))
+def _role_ops(summary: Summary, palette: dict[str, str]) -> str:
+    e = html.escape
+    blocks = []
+    for role, ops in summary.role_ops.items():
+        if not ops:
+            continue
+        rows = "".join(f"<tr><td>{e(o.name)}</td><td>{o.self_s * 1000:.3f}</td><td>{o.share:.1%}</td>"
+                       f"<td>{o.count}</td></tr>" for o in ops[:10])
+        blocks.append(f'<div class=opsblock data-role="{e(role)}"><h3><i class=sw style="background:'
+                      f'{palette.get(role, "#999")}"></i>{e(role)}</h3><table class=ops><thead><tr><th>operator</th>'
+                      f"<th>self ms</th><th>share</th><th>calls</th></tr></thead><tbody>{rows}</tbody></table></div>")
+    return f"<div id=roleops class=opsgrid>{''.join(blocks)}</div>" if blocks else "<p class=note>no operators</p>"
 
 
-def _span(values: Sequence[Any]) -> str:
+def _row(record: CaptureRecord, figures: CaptureSummary | None, palette: dict[str, str], who: str) -> str:
+    e = html.escape
+    role = record.role or "step"
+    source = f"{record.engine} {record.version or ''}".strip() if record.is_engine else (record.backend or "-")
+    detail: list[str] = []
+    if record.reason:
+        detail.append(f"<div class=reason>{e(record.reason)}</div>")
+    if record.error:
+        detail.append(f"<div class=err>{e(record.error)}</div>")
+    for note in record.notes:
+        detail.append(f"<div class=note>{e(note)}</div>")
+    for entry in record.files:
+        detail.append(f"<div class=file>{e(entry.path)} ({_size(entry.bytes)})</div>")
+    if figures is not None:
+        for problem in figures.problems:
+            detail.append(f"<div class=err>cannot read all of the trace: {e(problem)}</div>")
+        if figures.empty:
+            detail.append("<div class=err>the trace holds no operator</div>")
+        if figures.ops:
+            rows = "".join(f"<tr><td>{e(o.name)}</td><td>{o.self_s * 1000:.3f}</td><td>{o.total_s * 1000:.3f}</td>"
+                           f"<td>{o.count}</td></tr>" for o in figures.ops[:10])
+            detail.append("<details><summary>top operations by self time</summary><table class=ops><thead><tr>"
+                          "<th>operation</th><th>self ms</th><th>total ms</th><th>calls</th></tr></thead>"
+                          f"<tbody>{rows}</tbody></table></details>")
+    status = e(record.status)
+    return (
+        f'<tr id="c-{e(record.capture)}" class="st-{status}">'
+        f'<td>{e(_span(record.steps))}</td><td><i class=sw style="background:{palette.get(role, "#999")}"></i>'
+        f"{e(role)}</td><td>{e(who)}</td><td>{e(source)}</td><td class=status>{status}</td>"
+        f"<td>{_secs(record.duration_s)}</td><td>{_secs(record.blocked_s)}</td>"
+        f"<td>{_size(record.bytes) if record.files else '-'}</td><td>{''.join(detail)}</td></tr>"
+    )
+
+
+def _span(values: Sequence[int]) -> str:
     values = list(values)
     if not values:
         return "-"
     return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
 
 
-def _size(n: Any) -> str:
-    if not isinstance(n, (int, float)):
+def _size(n: float | None) -> str:
+    if n is None:
         return "-"
     if n < 1000:
         return f"{n:.0f} B"
@@ -299,26 +339,36 @@ def _size(n: Any) -> str:
     return f"{n / 1000 ** exponent:.1f} {('B', 'kB', 'MB', 'GB', 'TB')[exponent]}"
 
 
-def _secs(s: Any) -> str:
-    if not isinstance(s, (int, float)):
+def _secs(s: float | None) -> str:
+    if s is None:
         return "-"
-    return f"{s * 1000:.0f} ms" if s < 1 else f"{s:.2f} s"
+    if s < 1e-3:
+        return f"{s * 1e6:.0f} µs"
+    return f"{s * 1000:.3g} ms" if s < 1 else f"{s:.3g} s"
 
 
 _CSS: Final = """
 body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;background:#fff}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:24px 0 6px}
-.meta{color:#555;margin:2px 0}.hint{color:#777;font-size:12px;margin:2px 0 8px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:26px 0 4px}h3{font-size:14px;margin:4px 0}
+.meta{color:#555;margin:2px 0}.hint{color:#666;font-size:12px;margin:2px 0 8px;max-width:1100px}
 .warn,.err{color:#b00}.reason{color:#8a6d00}.note{color:#777}.file{color:#444;font-family:monospace;font-size:12px}
 .scroll{overflow-x:auto;border:1px solid #ddd;padding:4px}
-.panelbg{fill:#f7f7f9;stroke:#e4e4ea}.steplabel{font-weight:600;font-size:12px}.axis{font-size:10px;fill:#888}
-.rowlabel{font-size:12px;fill:#333}.bar{stroke:#0003}.bar.st-failed{stroke:#d33;stroke-width:1.5}
-path.bar{fill:#bbb;stroke:#666}.bar.st-open{stroke:#36c;stroke-dasharray:3 2}
+.steplabel{font-weight:600;font-size:11px;fill:#555}.tick{font-size:10px;fill:#777}
+.rowlabel{font-size:12px;fill:#333}.bar{stroke:#0004}.bar.st-failed{stroke:#d33;stroke-width:1.5}
+path.bar{fill:#bbb;stroke:#666}.bar.st-open{stroke:#36c;stroke-dasharray:3 2;stroke-width:1.5}
+.bar.empty{stroke:#b00;stroke-dasharray:2 2}
 .legend span{margin-right:14px;font-size:12px;white-space:nowrap}
 .sw{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px;border-radius:2px}
 .sw.failed{background:repeating-linear-gradient(45deg,#fdd 0 3px,#d33 3px 5px)}.sw.skipped{background:#bbb}
+.sw.empty{background:#fff;border:1px dashed #b00;box-sizing:border-box}
 table{border-collapse:collapse;margin-top:6px}th,td{border-bottom:1px solid #eee;padding:3px 8px;text-align:left;
 vertical-align:top}th{background:#f3f3f6;font-weight:600}
+.phases td:nth-child(3){width:900px}.stack{display:flex;height:20px;border-radius:3px;overflow:hidden}
+.seg{color:#fff;font-size:11px;line-height:20px;padding-left:4px;white-space:nowrap;overflow:hidden;
+text-shadow:0 0 2px #000}
+.heat td{text-align:right;font-variant-numeric:tabular-nums;color:#111}.heat td.straggler{font-weight:700;
+outline:2px solid #be0032;outline-offset:-2px}
+.opsgrid{display:flex;flex-wrap:wrap;gap:18px}.opsblock{min-width:300px}
 #captures>tbody>tr:target{background:#fff6cc}
 .st-failed .status,.st-failed{color:#b00}.st-skipped .status{color:#888}.st-ok .status{color:#287d3c}
 .ops{font-size:12px}.ops td:nth-child(n+2){text-align:right;font-variant-numeric:tabular-nums}

@@ -7,6 +7,8 @@ itself held by the owner (``_owner.OWNER.runtime``). Decisions come from ``_plan
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import itertools
 import os
 import secrets
@@ -144,6 +146,54 @@ def run_quietly(job: Callable[[], None]) -> None:
         logger.debug("profctx writer job failed: %s", exc)
 
 
+class DiskWatch:
+    """Backs off after a trace write finds the disk full; resumes when the space is back.
+
+    While waiting, new captures are recorded as ``skipped`` with the reason instead of
+    spending a profiler run on a trace that cannot be written.
+    """
+
+    #: The least free space to resume at, whatever the traces' size.
+    MIN_FREE: Final = 256 * 1024
+
+    def __init__(self) -> None:
+        self.reason = ""
+        self._full = False
+        self._largest = 0
+
+    def failed(self, exc: BaseException) -> None:
+        """Note a failed write; back off if it was a full disk."""
+        seen: BaseException | None = exc
+        while seen is not None:
+            if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+                self._full = True
+                self.reason = (f"the disk is full ({os.strerror(seen.errno)}); captures resume when "
+                               "space is back")
+                warn_once("disk-full", "profctx: %s", self.reason)
+                return
+            seen = seen.__cause__ or seen.__context__
+
+    def wrote(self, files: Any) -> None:
+        """Note the size of written files (what to wait for after a full disk)."""
+        for path in files:
+            with contextlib.suppress(OSError):
+                self._largest = max(self._largest, Path(path).stat().st_size)
+
+    def waiting(self, folder: Path) -> bool:
+        """Whether to skip a capture now: the disk was full and still has no room for a trace."""
+        if not self._full:
+            return False
+        try:
+            stats = os.statvfs(folder if folder.exists() else folder.parent)
+        except OSError:
+            return False
+        if stats.f_bavail * stats.f_frsize >= max(self.MIN_FREE, 2 * self._largest):
+            self._full = False
+            logger.warning("profctx: disk space is back; captures resume")
+            return False
+        return True
+
+
 class Runtime:
     """Everything derived from one active configuration in this process."""
 
@@ -162,6 +212,7 @@ class Runtime:
         self.errors: list[str] = []
         self.listeners: list[Callable[[Any], None]] = []
         self.writer = Writer()
+        self.disk = DiskWatch()
         self._identity: Identity | None = None
         self._manifest: ManifestWriter | None = None
         self._lock = threading.RLock()

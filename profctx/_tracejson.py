@@ -1,36 +1,52 @@
-"""Read Chrome trace files (``.json``, ``.json.gz``) as a stream, one event at a time.
+"""Read Chrome trace files (``.json``, ``.json.gz``) as a stream of event batches.
 
 A trace is an object whose ``traceEvents`` array holds the events (or, in the Trace Event
 Format's bare form, just that array). Loading a 1 GB trace with ``json.load`` costs several
-times its size in memory; this reader holds one chunk of text plus the event being decoded.
+times its size in memory; this reader holds one buffer of about :data:`CHUNK` bytes.
+
+How it stays fast: the event array is cut at element boundaries (a ``}`` then ``,`` then ``{``,
+whitespace allowed) found by searching backwards from the end of the buffer, and each slice
+is parsed in one call to a C parser (``orjson`` when installed, else the standard library).
+A cut that falls inside a string or a nested object makes that parse fail; the reader then
+tries an earlier boundary and, last, decodes one value at a time, so any valid JSON reads.
+Everything outside the array (metadata keys, before or after it) is decoded value by value.
 """
 
 from __future__ import annotations
 
-import gzip
-import io
 import json
 import os
-import re
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, Final
 
-#: Characters read per refill of the buffer.
+try:
+    import orjson as _orjson
+
+    _loads: Callable[[bytes], Any] = _orjson.loads
+    _ParseError: tuple[type[Exception], ...] = (_orjson.JSONDecodeError, ValueError)
+except ImportError:  # pragma: no cover - exercised when the extra is absent
+    _loads = json.loads
+    _ParseError = (ValueError,)
+
+#: Bytes read from the file per refill (compressed bytes for ``.gz``).
 CHUNK: Final = 1 << 20
 #: Key of the event array in the object form of a trace.
 EVENTS: Final = "traceEvents"
+#: Boundaries tried per buffer before the reader falls back to one value at a time.
+_TRIES: Final = 4
 
-_WS = re.compile(r"[ \t\n\r]*")
+_WS: Final = frozenset(b" \t\n\r")
 _DECODER = json.JSONDecoder()
 
 
 class TraceFormatError(ValueError):
-    """Raise when a file is not a Chrome trace or is cut short."""
+    """Raise when a file is not a Chrome trace, is cut short or is damaged."""
 
 
 class TraceStream:
-    """Open one trace file and walk its top level: metadata keys and events, in file order.
+    """Open one trace file and walk its top level: metadata keys and event batches, in file order.
 
     ``consumed`` is how many bytes of the file (compressed bytes for ``.gz``) were read so
     far, for progress display. Use as a context manager; not thread-safe.
@@ -40,11 +56,13 @@ class TraceStream:
         self.path = Path(path)
         self.size = self.path.stat().st_size
         self._raw: IO[bytes] = open(self.path, "rb")  # noqa: SIM115 - closed by close()
-        binary: Any = gzip.GzipFile(fileobj=self._raw) if _is_gzip(self._raw) else self._raw
-        self._text = io.TextIOWrapper(binary, encoding="utf-8", errors="replace")
-        self._buf = ""
+        magic = self._raw.read(2)
+        self._raw.seek(0)
+        self._inflate: Any = zlib.decompressobj(31) if magic == b"\x1f\x8b" else None
+        self._buf = b""
         self._pos = 0
         self._eof = False
+        self._damage: str | None = None
 
     @property
     def consumed(self) -> int:
@@ -56,7 +74,6 @@ class TraceStream:
 
     def close(self) -> None:
         """Close the file."""
-        self._text.close()
         self._raw.close()
 
     def __enter__(self) -> TraceStream:
@@ -71,49 +88,118 @@ class TraceStream:
         Raise :class:`TraceFormatError` if the file is not a trace or ends early (a crash, a
         partial copy); what was yielded before stays valid.
         """
+        for key, value in self.batches():
+            if key == EVENTS:
+                for event in value:
+                    yield EVENTS, event
+            else:
+                yield key, value
+
+    def batches(self) -> Iterator[tuple[str, Any]]:
+        """Yield ``(key, value)`` per top-level key, and ``("traceEvents", [events...])`` per batch.
+
+        The faster form of :meth:`items`: events come in lists of up to a buffer's worth.
+        Raise :class:`TraceFormatError` as :meth:`items` does.
+        """
         try:
             first = self._peek()
-            if first == "[":
+            if first == 0x5B:  # [
                 self._pos += 1
-                yield from ((EVENTS, event) for event in self._array())
+                yield from ((EVENTS, batch) for batch in self._array())
                 return
-            if first != "{":
-                raise TraceFormatError(f"{self.path}: not a Chrome trace (starts with {first!r})")
+            if first != 0x7B:  # {
+                raise TraceFormatError(f"{self.path}: not a Chrome trace (starts with {chr(first)!r})")
             self._pos += 1
             while True:
                 c = self._peek()
-                if c == "}":
+                if c == 0x7D:  # }
                     return
-                if c == ",":
+                if c == 0x2C:  # ,
                     self._pos += 1
                     continue
                 key = self._value()
-                if not isinstance(key, str) or self._peek() != ":":
+                if not isinstance(key, str) or self._peek() != 0x3A:  # :
                     raise TraceFormatError(f"{self.path}: malformed object key near {key!r}")
                 self._pos += 1
-                if key == EVENTS and self._peek() == "[":
+                if key == EVENTS and self._peek() == 0x5B:
                     self._pos += 1
-                    yield from ((EVENTS, event) for event in self._array())
+                    yield from ((EVENTS, batch) for batch in self._array())
                 else:
                     yield key, self._value()
-        except (EOFError, gzip.BadGzipFile, json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise TraceFormatError(f"{self.path}: {type(exc).__name__}: {exc}") from None
+        except (EOFError, ValueError) as exc:
+            if isinstance(exc, TraceFormatError):
+                raise
+            why = self._damage or f"{type(exc).__name__}: {exc}"
+            raise TraceFormatError(f"{self.path}: {why}") from None
 
-    def _array(self) -> Iterator[Any]:
+    def _array(self) -> Iterator[list[Any]]:
         while True:
             c = self._peek()
-            if c == "]":
+            if c == 0x5D:  # ]
                 self._pos += 1
                 return
-            if c == ",":
+            if c == 0x2C:
                 self._pos += 1
                 continue
-            yield self._value()
+            batch = self._bulk()
+            if batch is not None:
+                yield batch
+                continue
+            if not self._eof and len(self._buf) - self._pos < 2 * CHUNK and self._fill():
+                continue  # too little buffered to hold a boundary: read on
+            yield [self._value()]
+
+    def _bulk(self) -> list[Any] | None:
+        """Parse the events from the position up to the last element boundary in the buffer."""
+        buf = self._buf
+        start = self._pos
+        end = len(buf)
+        for _ in range(_TRIES):
+            cut = _boundary(buf, start, end)
+            if cut < 0:
+                return None
+            try:
+                batch = _loads(b"[" + buf[start:cut] + b"]")
+            except _ParseError:
+                end = cut - 1
+                continue
+            if not isinstance(batch, list):  # pragma: no cover - "[" ... "]" parses to a list
+                return None
+            self._pos = cut + 1
+            return batch
+        return None
+
+    def _read(self) -> bytes:
+        """Return the next decoded bytes of the file (about :data:`CHUNK`), or ``b""`` at its end (damage noted)."""
+        while True:
+            if self._inflate is not None and self._inflate.unconsumed_tail:
+                raw = self._inflate.unconsumed_tail  # input left over by the output cap of the last call
+            else:
+                raw = self._raw.read(max(CHUNK // 8, 1) if self._inflate is not None else CHUNK)
+            if self._inflate is None:
+                return bytes(raw)
+            if not raw:
+                if not self._inflate.eof:
+                    self._damage = "the gzip stream ends early (file cut short)"
+                return bytes(self._inflate.flush()) if not self._inflate.eof else b""
+            try:
+                # Capped: a trace compresses 10-20x, and the parse of a buffer costs several times its size.
+                data: bytes = self._inflate.decompress(raw, CHUNK)
+                while self._inflate.eof and self._inflate.unused_data:
+                    rest = self._inflate.unused_data  # a second gzip member follows
+                    self._inflate = zlib.decompressobj(31)
+                    data += self._inflate.decompress(rest, CHUNK)
+            except zlib.error as exc:
+                self._damage = f"the gzip data is damaged ({exc})"
+                self._raw.seek(0, os.SEEK_END)
+                return b""
+            if data:
+                return data
 
     def _fill(self) -> bool:
         if self._eof:
             return False
-        chunk = self._text.read(CHUNK)
+        chunk = self._read()
         if not chunk:
             self._eof = True
             return False
@@ -121,35 +207,51 @@ class TraceStream:
         self._pos = 0
         return True
 
-    def _peek(self) -> str:
+    def _peek(self) -> int:
         while True:
-            match = _WS.match(self._buf, self._pos)
-            self._pos = match.end() if match else self._pos
-            if self._pos < len(self._buf):
-                return self._buf[self._pos]
+            buf, pos = self._buf, self._pos
+            n = len(buf)
+            while pos < n and buf[pos] in _WS:
+                pos += 1
+            self._pos = pos
+            if pos < n:
+                return buf[pos]
             if not self._fill():
                 raise EOFError("the file ends before the trace does")
 
     def _value(self) -> Any:
         self._peek()
         while True:
+            text = self._buf[self._pos:].decode("utf-8", "surrogateescape")
             try:
-                value, end = _DECODER.raw_decode(self._buf, self._pos)
+                value, end = _DECODER.raw_decode(text)
             except json.JSONDecodeError:
                 # The value may run past the buffer: read more and decode it again.
                 if self._fill():
                     continue
                 raise
-            if end == len(self._buf) and not self._eof and self._fill():
+            if end == len(text) and not self._eof and self._fill():
                 continue  # a number at the very end of the buffer may continue in the next chunk
-            self._pos = end
+            self._pos += len(text[:end].encode("utf-8", "surrogateescape"))
             return value
 
 
-def _is_gzip(raw: IO[bytes]) -> bool:
-    magic = raw.read(2)
-    raw.seek(0)
-    return magic == b"\x1f\x8b"
+def _boundary(buf: bytes, start: int, end: int) -> int:
+    """Return the index of the last ``,`` in ``buf[start:end]`` between ``}`` and ``{``, or -1."""
+    while True:
+        brace = buf.rfind(b"{", start, end)
+        if brace <= start:
+            return -1
+        i = brace - 1
+        while i > start and buf[i] in _WS:
+            i -= 1
+        if buf[i] == 0x2C:  # ,
+            j = i - 1
+            while j > start and buf[j] in _WS:
+                j -= 1
+            if buf[j] == 0x7D:  # }
+                return i
+        end = brace
 
 
 def is_trace_file(path: str) -> bool:
@@ -165,11 +267,12 @@ def header(path: str | os.PathLike[str]) -> tuple[dict[str, Any], float | None]:
     meta: dict[str, Any] = {}
     first: float | None = None
     with TraceStream(path) as stream:
-        for key, value in stream.items():
+        for key, value in stream.batches():
             if key != EVENTS:
                 meta[key] = value
                 continue
-            ts = value.get("ts") if isinstance(value, dict) else None
-            if isinstance(ts, (int, float)) and value.get("ph") != "M" and (first is None or ts < first):
-                first = float(ts)
+            for event in value:
+                ts = event.get("ts") if isinstance(event, dict) else None
+                if isinstance(ts, (int, float)) and event.get("ph") != "M" and (first is None or ts < first):
+                    first = float(ts)
     return meta, first

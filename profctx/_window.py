@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any, Final, final
 
 from ._errors import ConfigError
 
 #: Most steps one window may name; a profiled run of more steps is a mistake, not a plan.
 MAX_STEPS: Final = 100_000
-
 
 
 @final
@@ -27,10 +26,14 @@ class StepWindow:
     __slots__ = ("_hash", "_set", "_steps")
 
     def __init__(self, steps: Iterable[int] = ()) -> None:
-        ordered = sorted(set(steps))
-        for step in ordered:
+        unique = set()
+        for step in steps:
             if isinstance(step, bool) or not isinstance(step, int) or step < 0:
                 raise ConfigError("steps", step, "steps are integers >= 0")
+            unique.add(step)
+            if len(unique) > MAX_STEPS:  # checked while reading, so a huge iterable costs no more than this
+                raise ConfigError("steps", f"<more than {MAX_STEPS} steps>", f"at most {MAX_STEPS} steps")
+        ordered = sorted(unique)
         if len(ordered) > MAX_STEPS:
             raise ConfigError("steps", f"<{len(ordered)} steps>", f"at most {MAX_STEPS} steps")
         self._steps: tuple[int, ...] = tuple(ordered)
@@ -52,9 +55,12 @@ class StepWindow:
             return cls._checked([value], value, field)
         if isinstance(value, str):
             return cls._parse_text(value.strip(), field)
-        if isinstance(value, Mapping):
+        if isinstance(value, (Mapping, bytes, bytearray, memoryview)):
+            # bytes iterate as character codes: b"3:6" would silently mean steps 51, 54, 58.
             raise ConfigError(field, value, _FORMS)
-        if isinstance(value, Iterable):
+        if isinstance(value, Collection):  # sized, so never an endless iterator
+            if len(value) > MAX_STEPS:
+                raise ConfigError(field, f"<{len(value)} items>", f"at most {MAX_STEPS} steps")
             items = list(value)
             for item in items:
                 if isinstance(item, bool) or not isinstance(item, int):
@@ -64,7 +70,7 @@ class StepWindow:
 
     @classmethod
     def _checked(cls, steps: Iterable[int], original: object, field: str) -> StepWindow:
-        if isinstance(steps, range) and len(steps) > MAX_STEPS:
+        if isinstance(steps, range) and range_exceeds(steps, MAX_STEPS):
             raise ConfigError(field, original, f"at most {MAX_STEPS} steps")
         try:
             return cls(steps)
@@ -255,6 +261,17 @@ class StepWindow:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (StepWindow, (self._steps,))
+
+
+def range_exceeds(steps: range, limit: int) -> bool:
+    """Return whether ``steps`` holds more than ``limit`` items, without expanding it.
+
+    ``len()`` of a range raises ``OverflowError`` past 2**63 items; that counts as more.
+    """
+    try:
+        return len(steps) > limit
+    except OverflowError:
+        return True
 
 
 _FORMS: Final = (

@@ -29,9 +29,11 @@ def loop(steps: range, role: str = "train") -> list[int]:
 def test_unwritable_save_path_is_logged_once_and_training_continues(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    blocker = tmp_path / "not-a-folder"
-    blocker.write_text("a file where the folder should be")
-    profctx.configure(steps="1:4", save_path=blocker / "profiles")
+    # configure() probes save_path and refuses an unusable one, so the folder breaks afterwards.
+    save_path = tmp_path / "profiles"
+    profctx.configure(steps="1:4", save_path=save_path)
+    save_path.rmdir()
+    save_path.write_text("a file where the folder should be")
     with caplog.at_level(logging.WARNING, logger="profctx"):
         assert loop(range(1, 5)) == [4, 8, 12, 16]
         assert profctx.flush(30)

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from profctx import ConfigError, StepWindow
+from profctx._window import MAX_STEPS
 from profctx.testing import strategies as pst
 
 
@@ -59,6 +60,33 @@ def test_refused_forms_name_field_value_and_allowed(value: object, needle: str) 
 def test_huge_window_refused() -> None:
     with pytest.raises(ConfigError, match="at most"):
         StepWindow.parse("0:1000000000")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [range(10**30), range(0, 10**30, 7), "0:" + "9" * 40, [0] * 200_000, set(range(MAX_STEPS + 1))],
+    ids=["range-past-ssize_t", "strided-range-past-ssize_t", "slice-past-ssize_t", "long-list", "large-set"],
+)
+def test_oversized_windows_are_refused_without_expanding_them(value: object) -> None:
+    with pytest.raises(ConfigError, match=f"at most {MAX_STEPS} steps"):
+        StepWindow.parse(value)
+
+
+@pytest.mark.parametrize("value", [b"3:6", bytearray(b"3:6"), memoryview(b"3:6")])
+def test_bytes_are_not_read_as_character_codes(value: object) -> None:
+    # b"3:6" iterates as 51, 58, 54: it once became steps 51, 54, 58.
+    with pytest.raises(ConfigError, match="half-open slice"):
+        StepWindow.parse(value)
+
+
+def test_an_endless_iterator_is_refused_not_consumed() -> None:
+    with pytest.raises(ConfigError, match="a list of steps"):
+        StepWindow.parse(itertools.count())
+
+
+def test_mixed_item_types_are_a_config_error_not_a_type_error() -> None:
+    with pytest.raises(ConfigError, match="integers >= 0"):
+        StepWindow(["a", 1])  # type: ignore[list-item]
 
 
 def test_runs_and_run_of() -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
@@ -56,6 +58,8 @@ DOMAIN: Final = "profctx"
 DISABLING_ENV: Final = ("PROFILER_SAMPLECONFIG", "PROFILING_MODE")
 #: The folder torch_npu's analysis writes.
 ANALYSED: Final = "ASCEND_PROFILER_OUTPUT"
+#: Seconds the analysis child may run (on profctx's writer thread, never in the training loop).
+ANALYSE_TIMEOUT: Final = 3600.0
 
 
 class OutputMissingError(RuntimeError):
@@ -68,7 +72,8 @@ class NpuBackend:
     Empty ``contents`` means CPU plus NPU when an NPU is available. CPU activity is always on.
     ``tool_options``: ``level`` (level_none, level0, level1, level2), ``aic_metrics``
     (level1/level2 only), ``export_type`` (text, db or both), ``analyse`` (parse the raw data
-    into ``ASCEND_PROFILER_OUTPUT/`` on profctx's writer thread, not in the training loop),
+    into ``ASCEND_PROFILER_OUTPUT/`` in a child process started from profctx's writer thread,
+    not in the training loop and never changing this process's multiprocessing settings),
     ``data_simplification``, ``mstx_domain_exclude``.
     Files: ``{folder}/{rank tag}_{host}_{pid}_{timestamp}_ascend_pt/``.
     """
@@ -216,6 +221,27 @@ def settings(options: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _analyse(out: Path, export: Sequence[str]) -> None:
+    """Run torch_npu's analysis of ``out`` in a child process; raise ``OutputMissingError`` if it failed.
+
+    A child, not this process: ``analyse`` sets the process-wide ``fork`` start method, forks a
+    pool, and refuses to run in a daemon process. A plain subprocess works from any process,
+    daemon or not, and leaves this one's multiprocessing state as it was.
+    """
+    command = [sys.executable, "-m", "profctx.backends._npu_analyse", str(out), *export]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=ANALYSE_TIMEOUT, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise OutputMissingError(f"torch_npu's analysis of {out} took more than {ANALYSE_TIMEOUT:g} s; "
+                                 f"run it later: python -m profctx.backends._npu_analyse {out}") from exc
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip()[-500:]
+        raise OutputMissingError(f"torch_npu's analysis of {out} exited with {done.returncode}: {tail}")
+    if not (out / ANALYSED).is_dir():
+        tail = (done.stderr or done.stdout).strip()[-500:]
+        raise OutputMissingError(f"torch_npu's analysis wrote nothing into {out / ANALYSED} (it printed: {tail})")
+
+
 def _worker(spec: CaptureSpec) -> str:
     return f"{spec.identity.tag}_{safe(spec.identity.host)}"
 
@@ -236,9 +262,7 @@ def _collect(spec: CaptureSpec, before: frozenset[Path], opts: Mapping[str, Any]
         )
     out = max(new, key=lambda p: p.name)
     if opts["analyse"]:
-        from torch_npu.profiler.profiler import analyse
-
-        analyse(str(out), export_type=[str(e) for e in opts["export_type"]])
+        _analyse(out, [str(e) for e in opts["export_type"]])
         parsed = out / ANALYSED
         files = sorted(p for p in parsed.iterdir() if p.is_file()) if parsed.is_dir() else []
         if not files:

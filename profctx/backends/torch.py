@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import json
 import os
@@ -29,6 +30,8 @@ FLAGS = {
 }
 #: Levels ``compress_level`` may take (gzip); torch's own handler uses 9, about 20x slower than 1.
 COMPRESS_LEVELS = range(1, 10)
+#: Free bytes under which a failed trace write is taken for a full disk.
+FULL_BELOW = 256 * 1024
 #: Options this backend reads from ``tool_options``.
 OPTIONS = ("compress_level", "all_threads")
 
@@ -144,6 +147,20 @@ class TorchBackend:
 
 def _export(prof: Any, spec: CaptureSpec, level: int) -> Sequence[Path]:
     final = spec.folder / f"{spec.stem}.pt.trace.json"
+    try:
+        return _write(prof, spec, final, level)
+    except BaseException as exc:
+        # torch writes through temporaries of its own (".x.tmp.tmp"): leave none behind.
+        for leftover in spec.folder.glob(f".{final.name}*.tmp*"):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+        if isinstance(exc, Exception) and disk_full(spec.folder, exc):
+            raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} while writing {final.name}",
+                          str(spec.folder)) from exc
+        raise
+
+
+def _write(prof: Any, spec: CaptureSpec, final: Path, level: int) -> Sequence[Path]:
     raw_tmp = temporary(final)
     prof.export_chrome_trace(str(raw_tmp))
     if not spec.compress:
@@ -161,6 +178,24 @@ def _export(prof: Any, spec: CaptureSpec, level: int) -> Sequence[Path]:
         with contextlib.suppress(OSError):
             packed_tmp.unlink()
     return (packed,)
+
+
+def disk_full(folder: Path, exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is a full disk, or ``folder``'s file system has no room left.
+
+    torch reports a failed trace write with errors that do not say why (a missing ``.tmp``
+    file); the free space says it.
+    """
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    try:
+        stats = os.statvfs(folder)
+    except OSError:
+        return False
+    return stats.f_bavail * stats.f_frsize < FULL_BELOW
 
 
 def _experimental_config(all_threads: bool) -> Any:

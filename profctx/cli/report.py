@@ -1,15 +1,17 @@
-"""``profctx report DIR``: a self-contained HTML page of a run: timeline, captures, top operations."""
+"""``profctx report DIR``: a self-contained HTML page of a run: timeline, phases, stragglers, top operators."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 from .._layout import temporary
 from .._report import render
-from ._common import FINDINGS, OK, UsageError, add_filters, guarded, open_run, select, size
+from ..analysis import summarize_records
+from ._common import FINDINGS, OK, Progress, UsageError, add_filters, guarded, open_run, size
 
 
 def register(subparsers: Any) -> None:
@@ -17,17 +19,20 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "report",
         help="write a self-contained HTML report of a run",
-        description="Write one HTML file (no network needed to view it) with a timeline of every capture "
-                    "(steps x roles x ranks, skipped and failed marked) and, per capture, its files, errors "
-                    "and top operations by self time read from its trace. Exit code 1 when a capture failed.",
+        description="Write one HTML file (no network needed to view it): a timeline of every capture on a time "
+                    "axis (one row per process), phase shares per step, a processes x roles heat map with "
+                    "stragglers marked, top operators per role, and per capture its files, errors and top "
+                    "operations. Traces are streamed. Exit code 1 when a capture failed.",
     )
     parser.add_argument("dir", metavar="DIR", help="the save_path of the run")
     parser.add_argument("-o", "--output", metavar="FILE", help="output file (default DIR/report.html)")
     parser.add_argument("--ops", type=int, default=10, metavar="N",
-                        help="operations listed per capture (default 10; 0 reads no trace, for speed)")
-    parser.add_argument("--max-trace-mb", type=float, default=200.0, metavar="MB",
-                        help="do not read traces larger than this on disk (default 200)")
-    add_filters(parser)
+                        help="operations listed per capture and role (default 10; 0 reads no trace, for speed)")
+    parser.add_argument("--straggler-ratio", type=float, default=1.2, metavar="R",
+                        help="name a straggler when max/median over processes exceeds R (default 1.2)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="show a progress bar while traces are read (default: when stderr is a terminal)")
+    add_filters(parser, run_default="latest")
     parser.set_defaults(func=guarded(run))
 
 
@@ -35,16 +40,27 @@ def run(args: argparse.Namespace) -> int:
     """Write the report of ``args.dir``; return 1 when a reported capture failed."""
     if args.ops < 0:
         raise UsageError(f"--ops {args.ops}: must be 0 or more")
-    profiled = open_run(args.dir)
-    records = select(profiled.records, args)
-    page = render(profiled.path, records, damaged=profiled.damaged, ops=args.ops,
-                  max_trace_bytes=int(args.max_trace_mb * 1e6))
+    if args.straggler_ratio <= 1:
+        raise UsageError(f"--straggler-ratio {args.straggler_ratio}: must be greater than 1")
+    if args.run == "all":
+        args.run = None
+    profiled = open_run(args.dir, args)
+    records = profiled.records
+    show = sys.stderr.isatty() if args.progress is None else args.progress
+    bar = Progress(sys.stderr, "reading traces", show)
+    try:
+        readable = records if args.ops else []
+        summary = summarize_records(profiled.path, readable, run=args.run, top=max(args.ops, 1),
+                                    straggler_ratio=args.straggler_ratio, progress=bar.update)
+    finally:
+        bar.close()
+    page = render(summary, records, damaged=profiled.damaged)
     output = Path(args.output) if args.output else profiled.path / "report.html"
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary(output)
     tmp.write_text(page, encoding="utf-8")
     os.replace(tmp, output)
-    failed = sum(1 for r in records if r.get("status") == "failed")
+    failed = sum(1 for r in records if r.status == "failed")
     print(f"wrote {output} ({size(output.stat().st_size)}): {len(records)} captures"
           + (f", {failed} failed" if failed else ""))
     return FINDINGS if failed else OK

@@ -144,10 +144,21 @@ def attached() -> tuple[EngineAdapter, ...]:
 
 
 def stop_all() -> None:
-    """Stop every attached adapter's open session (each bounded by ``engines.stop_timeout``)."""
+    """Stop every attached adapter's open session, then wait for late starts and stops to settle.
+
+    Each is bounded by ``engines.stop_timeout``; a start that passed its timeout is stopped
+    here if it answered, so the process does not exit leaving an engine profiling.
+    """
     open_ = [a for a in _hook.adapters if a.active]
     if open_:
         run_sync(lambda: _stop_all(open_))
+    settling = [a for a in _hook.adapters if a.settling]
+    if settling:
+        run_sync(lambda: _settle_all(settling))
+
+
+async def _settle_all(adapters: Sequence[EngineAdapter]) -> None:
+    await asyncio.gather(*(a.settle() for a in adapters))
 
 
 def _stop_open_at_exit() -> None:

@@ -17,6 +17,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from .._config import EngineConfig
@@ -37,6 +38,18 @@ class EngineError(RuntimeError):
 
 class AlreadyActive(EngineError):  # noqa: N818 - a state, not a failure of profctx
     """Raise when the engine reports a profiling session it did not get from this adapter."""
+
+
+class StartTimedOut(EngineError):  # noqa: N818 - reads as what happened
+    """Raise when a start passed ``engines.start_timeout``; the engine is stopped once it answers."""
+
+
+class StopTimedOut(EngineError):  # noqa: N818
+    """Raise when a stop passed ``engines.stop_timeout``; the engine's stop goes on in the background."""
+
+
+#: Told what a start or stop that passed its timeout finally did: ``(status, state, outcome)``.
+Report = Callable[[str, str, "Outcome | None"], None]
 
 
 @dataclass(frozen=True)
@@ -91,6 +104,10 @@ class Outcome:
     engine: str | None = None
     #: Notes for the manifest only (facts, not options dropped): never logged as warnings.
     facts: list[str] = field(default_factory=list)
+    #: How this capture's files are told apart in ``folder``: ``"folder"`` (everything in it is
+    #: this capture's), ``"prefix"`` (names start with ``prefix``), or ``"time"`` (written while it ran).
+    files_by: str = "folder"
+    prefix: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-safe dict."""
@@ -100,7 +117,7 @@ class Outcome:
     def from_dict(cls, data: Mapping[str, Any]) -> Outcome:
         """Return the outcome a :meth:`to_dict` result describes."""
         return cls(list(data.get("notes") or ()), data.get("folder"), data.get("version"), data.get("engine"),
-                   list(data.get("facts") or ()))
+                   list(data.get("facts") or ()), str(data.get("files_by") or "folder"), data.get("prefix"))
 
 
 def plan(scope: Scope, engines: EngineConfig, save_path: str, engine: str, replica: int) -> EngineRequest:
@@ -162,6 +179,8 @@ class EngineAdapter(ABC):
         self._record_base: dict[str, Any] = {}
         self._notes: list[str] = []
         self._runtime: Runtime | None = None
+        self._started: Outcome | None = None
+        self._settling: set[asyncio.Future[None]] = set()
 
     # -- what subclasses provide ------------------------------------------------------------
 
@@ -190,17 +209,36 @@ class EngineAdapter(ABC):
 
     # -- engine-side entry points (no manifest; used by servers) ---------------------------------
 
-    async def start_request(self, request: EngineRequest) -> Outcome:
+    def planned_folder(self, request: EngineRequest) -> str | None:
+        """Return the folder the engine will write ``request``'s files into, as far as known before it starts."""
+        return request.folder
+
+    async def start_request(self, request: EngineRequest, late: Report | None = None) -> Outcome:
         """Start the engine for ``request`` unless a session is open; raise on failure.
 
-        Raise :class:`AlreadyActive` when this adapter already has a session open.
+        Raise :class:`AlreadyActive` when this adapter already has a session open (or is still
+        settling one), and :class:`StartTimedOut` after ``request.start_timeout``: the engine
+        call is not cancelled (vLLM starts anyway), profctx stops the engine once it answers and
+        hands ``late`` what happened. Until then this adapter starts nothing new.
         """
         with self._lock:
             if self._active is not None or self._busy:
                 raise AlreadyActive(f"{self.describe()} is already profiling (capture {self._active_id()})")
             self._busy = True
+        call = asyncio.ensure_future(self._start(request))
         try:
-            outcome = await asyncio.wait_for(self._start(request), request.start_timeout)
+            outcome = await asyncio.wait_for(asyncio.shield(call), request.start_timeout)
+        except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
+            # The engine may still start: settle it in the background, keeping the slot busy until then.
+            settle = asyncio.ensure_future(self._settle_late_start(call, request, late))
+            self._settling.add(settle)
+            settle.add_done_callback(self._settling.discard)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            raise StartTimedOut(
+                f"no answer within {request.start_timeout:g} s (engines.start_timeout); the engine may start "
+                "anyway: profctx stops it as soon as it answers and records what it found"
+            ) from None
         except BaseException:
             with self._lock:
                 self._busy = False
@@ -210,22 +248,106 @@ class EngineAdapter(ABC):
             self._active = request
         return outcome
 
-    async def stop_request(self) -> Outcome | None:
-        """Stop the open session; return ``None`` when none is open. Raise on failure."""
+    async def _settle_late_start(self, call: asyncio.Future[Outcome], request: EngineRequest,
+                                 late: Report | None) -> None:
+        try:
+            done, _ = await asyncio.wait({call}, timeout=request.stop_timeout)
+            if not done:
+                _report(late, "failed", "the engine's start never answered (waited start_timeout + stop_timeout, "
+                        f"{request.start_timeout + request.stop_timeout:g} s): it may be profiling; stop it by hand",
+                        None)
+                return
+            error = call.exception()
+            if error is not None and not isinstance(error, (TimeoutError, ConnectionError)):
+                _report(late, "failed", "the start failed after start_timeout, so the engine is not profiling: "
+                        f"{_error(error)}", None)
+                return
+            outcome = call.result() if error is None else None
+            try:
+                stopped = await asyncio.wait_for(asyncio.shield(self._stop(request)), request.stop_timeout)
+            except Exception as exc:  # noqa: BLE001 - recorded with the engine's state
+                state = ("the start answered after start_timeout and profctx's stop then failed "
+                         f"({_error(_plain(exc, request.stop_timeout))}): the engine may still be profiling")
+                if error is not None:
+                    state = (f"the start's answer was lost ({_error(error)}); profctx's stop, sent in case it "
+                             f"took effect, failed ({_error(exc)}): the engine is most likely not profiling")
+                _report(late, "failed", state, outcome)
+                return
+            state = "the start answered after start_timeout; profctx stopped the engine at once (no training in it)"
+            if error is not None:
+                state = (f"the start's answer was lost ({_error(error)}); profctx stopped the engine in case it "
+                         "took effect")
+            _report(late, "failed", state, _merged(outcome, stopped))
+        finally:
+            with self._lock:
+                self._busy = False
+
+    async def stop_request(self, late: Report | None = None) -> Outcome | None:
+        """Stop the open session; return ``None`` when none is open. Raise on failure.
+
+        Raise :class:`StopTimedOut` after ``stop_timeout``: the engine call is not cancelled
+        (cancelling it would leave vLLM's session flag set); it finishes in the background,
+        hands ``late`` the result, and this adapter starts nothing new until then.
+        """
         with self._lock:
             request, self._active = self._active, None
+            if request is not None:
+                self._busy = True
         if request is None:
             return None
-        return await asyncio.wait_for(self._stop(request), request.stop_timeout)
+        call = asyncio.ensure_future(self._stop(request))
+        try:
+            outcome = await asyncio.wait_for(asyncio.shield(call), request.stop_timeout)
+        except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
+            settle = asyncio.ensure_future(self._settle_late_stop(call, late))
+            self._settling.add(settle)
+            settle.add_done_callback(self._settling.discard)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            raise StopTimedOut(
+                f"no answer within {request.stop_timeout:g} s (engines.stop_timeout); the engine is still "
+                "stopping (writing its trace): profctx lets it finish and records the result"
+            ) from None
+        except BaseException:
+            with self._lock:
+                self._busy = False
+            raise
+        with self._lock:
+            self._busy = False
+        return outcome
+
+    async def _settle_late_stop(self, call: asyncio.Future[Outcome], late: Report | None) -> None:
+        try:
+            outcome = await call
+        except Exception as exc:  # noqa: BLE001 - recorded with the engine's state
+            _report(late, "failed", f"the stop answered after stop_timeout with an error: {_error(exc)}", None)
+        else:
+            _report(late, "ok", "the stop answered after stop_timeout; the trace was written then", outcome)
+        finally:
+            with self._lock:
+                self._busy = False
+
+    async def settle(self, timeout: float | None = None) -> None:
+        """Wait (at most ``timeout`` seconds) for late starts and stops still being settled."""
+        # Only tasks of this loop can be awaited here (a start made in another loop settles there).
+        loop = asyncio.get_running_loop()
+        pending = [t for t in self._settling if t.get_loop() is loop]
+        if pending:
+            await asyncio.wait(pending, timeout=timeout)
 
     def _active_id(self) -> str:
         active = self._active
-        return active.capture if active is not None else "starting"
+        return active.capture if active is not None else "a start or stop still settling"
 
     @property
     def active(self) -> bool:
         """Whether a session started by this adapter is open."""
         return self._active is not None
+
+    @property
+    def settling(self) -> bool:
+        """Whether a start or stop that passed its timeout is still being waited for."""
+        return bool(self._settling)
 
     # -- driver entry points ---------------------------------------------------------------------
 
@@ -259,18 +381,28 @@ class EngineAdapter(ABC):
             "steps": [request.step],
             "last_step": request.step,
             "role": "/".join(request.roles),
-            "folder": request.folder,
+            "folder": self.planned_folder(request),
             "backend": self.engine,
         }
         start_wall = time.time()
         runtime.record({**base, "event": "started", "start_time": start_wall})
+        save_path = runtime.save_path
+
+        def late(status: str, state: str, outcome: Outcome | None) -> None:
+            found, more = _found(outcome, save_path, start_wall, base)
+            runtime.record({**base, **found, "event": "finished", "status": status, "start_time": start_wall,
+                            "end_time": time.time(), "error": None if status == "ok" else state,
+                            "notes": [state, *more]})
+            if status != "ok":
+                warn_once(f"engine-late:{self.describe()}", "profctx: %s: %s", self.describe(), state)
+
         try:
             if _blocked_loop is not None and _blocked_loop is self.loop:
                 raise EngineError(
                     f"{self.describe()} lives in the event loop that entered the role with a plain `with`; "
                     "use `async with profctx.profile_step(...)` there"
                 )
-            outcome = await self.start_request(request)
+            outcome = await self.start_request(request, late)
         except AlreadyActive as exc:
             runtime.record({**base, "event": "finished", "status": "skipped", "end_time": time.time(),
                             "error": None, "reason": str(exc), "notes": []})
@@ -279,7 +411,8 @@ class EngineAdapter(ABC):
         except BaseException as exc:
             shown = _plain(exc, request.start_timeout)
             runtime.record({**base, "event": "finished", "status": "failed", "end_time": time.time(),
-                            "start_time": start_wall, "error": _error(shown), "notes": []})
+                            "start_time": start_wall, "duration_s": round(time.time() - start_wall, 6),
+                            "files": [], "bytes": 0, "error": _error(shown), "notes": []})
             if isinstance(exc, Exception):
                 runtime.failure(f"engine {self.describe()} start", shown)
                 return False
@@ -293,21 +426,33 @@ class EngineAdapter(ABC):
             self._record_base = base | {"start_time": start_wall}
             self._notes = notes
             self._runtime = runtime
+            self._started = outcome
         return True
 
     async def stop(self) -> None:
         """Stop the session :meth:`start` opened and record how it ended; idempotent."""
         with self._lock:
-            request, base, notes, runtime = self._active, self._record_base, self._notes, self._runtime
+            request, base, notes, started = self._active, self._record_base, self._notes, self._started
+            runtime = self._runtime
         if request is None:
             return
+        start_wall = float(base.get("start_time") or time.time())
+
+        def late(status: str, state: str, outcome: Outcome | None) -> None:
+            if runtime is None:
+                return
+            found, more = _found(_merged(started, outcome), runtime.save_path, start_wall, base)
+            runtime.record({**base, **found, "event": "finished", "status": status, "end_time": time.time(),
+                            "error": None if status == "ok" else state, "notes": [*notes, state, *more]})
+
         try:
-            outcome = await self.stop_request()
+            outcome = await self.stop_request(late)
         except BaseException as exc:
             shown = _plain(exc, request.stop_timeout)
             if runtime is not None:
-                runtime.record({**base, "event": "finished", "status": "failed", "end_time": time.time(),
-                                "error": _error(shown), "notes": notes})
+                found, more = _found(started, runtime.save_path, start_wall, base)
+                runtime.record({**base, **found, "event": "finished", "status": "failed", "end_time": time.time(),
+                                "error": _error(shown), "notes": [*notes, *more]})
             if isinstance(exc, Exception):
                 if runtime is not None:
                     runtime.failure(f"engine {self.describe()} stop", shown)
@@ -316,8 +461,9 @@ class EngineAdapter(ABC):
         if runtime is not None and outcome is not None:
             for note in outcome.notes:
                 warn_once(f"engine-note:{self.engine}:{note}", "profctx: %s: %s", self.describe(), note)
-            runtime.record({**base, "event": "finished", "status": "ok", "end_time": time.time(),
-                            "error": None, "notes": [*notes, *outcome.notes, *outcome.facts]})
+            found, more = _found(_merged(started, outcome), runtime.save_path, start_wall, base)
+            runtime.record({**base, **found, "event": "finished", "status": "ok", "end_time": time.time(),
+                            "error": None, "notes": [*notes, *outcome.notes, *outcome.facts, *more]})
 
     def start_sync(self, scope: Scope | None = None) -> bool:
         """Blocking twin of :meth:`start` (safe inside a running event loop)."""
@@ -373,6 +519,65 @@ class EngineAdapter(ABC):
         return await future
 
 
+def _report(late: Report | None, status: str, state: str, outcome: Outcome | None) -> None:
+    if late is None:
+        logger.warning("profctx: engine: %s", state)
+        return
+    try:
+        late(status, state, outcome)
+    except Exception as exc:  # noqa: BLE001 - a background settle must not raise into the loop
+        logger.warning("profctx: could not record a late engine answer (%s): %s", exc, state)
+
+
+def _merged(start: Outcome | None, stop: Outcome | None) -> Outcome | None:
+    """Return the start's naming facts, with the folder the stop reported if it gave one."""
+    if start is None or stop is None:
+        return start or stop
+    return dataclasses.replace(start, folder=stop.folder or start.folder)
+
+
+def _found(outcome: Outcome | None, save_path: Path, start_wall: float,
+           base: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Return the record fields listing the files a capture produced, and notes on what could not be seen.
+
+    Paths are relative to ``save_path`` where they lie under it. Files are told apart as the
+    outcome says: everything in the capture's own folder, a name prefix, or (engines that can
+    name nothing) files written between the start and now.
+    """
+    end = time.time()
+    fields: dict[str, Any] = {"duration_s": round(end - start_wall, 6), "files": [], "bytes": 0}
+    folder = (outcome.folder if outcome else None) or base.get("folder")
+    if not folder:
+        return fields, ["the engine chose where its files went; none listed"]
+    root = Path(str(folder))
+    if not root.is_dir():
+        return fields, [f"{folder} is not visible from this process (the engine's host writes it): files not listed"]
+    by = outcome.files_by if outcome else "folder"
+    prefix = outcome.prefix if outcome else None
+    listed: list[dict[str, Any]] = []
+    for path in sorted(root.rglob("*")):
+        name = path.name
+        if name.startswith(".") or name.endswith(".tmp") or not path.is_file():
+            continue
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        if by == "prefix" and prefix and not name.startswith(prefix):
+            continue
+        # In a shared launch folder a rerun writes the same names again: the write time tells them apart.
+        if by in ("prefix", "time") and not start_wall - 0.5 <= stat.st_mtime <= end + 1.0:
+            continue
+        try:
+            shown = path.relative_to(save_path).as_posix()
+        except ValueError:
+            shown = str(path)
+        listed.append({"path": shown, "bytes": stat.st_size})
+    fields.update(files=listed, bytes=sum(f["bytes"] for f in listed))
+    notes = ["files matched by write time (this engine cannot name them per capture)"] if by == "time" else []
+    return fields, notes
+
+
 def _current() -> Scope:
     from .._scope import current
 
@@ -404,8 +609,9 @@ class HttpAdapter(EngineAdapter):
 
     def __init__(self, url: str, *, replica: int = 0, version: str | None = None,
                  api_key: str | None = None) -> None:
-        from ._http import normalise
+        from ._http import normalise, require_client
 
+        require_client()
         super().__init__(replica=replica)
         try:
             self.url = normalise(url)

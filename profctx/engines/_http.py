@@ -1,8 +1,10 @@
-"""A minimal asyncio HTTP/1.1 client for engine control endpoints (no third-party dependency).
+"""The HTTP calls of the engine adapters, made with httpx (the ``engines`` extra).
 
-Cancellable (timeouts cancel the request instead of leaving a blocked thread behind), one
-connection per request, JSON bodies in and text bodies out. Enough for ``/start_profile``
-and ``/stop_profile``; not a general client.
+One short-lived client per call (control calls are rare: two per capture), JSON bodies in and
+text bodies out, bounded three ways: the whole call by the caller's timeout, each read of the
+body by :data:`READ_TIMEOUT`, and the body's size by :data:`MAX_BODY` (a control endpoint
+answers a few bytes; a server streaming without end must not fill the trainer's memory).
+TLS certificates are verified with the system's trust store; the bearer token is a header.
 """
 
 from __future__ import annotations
@@ -14,9 +16,22 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from .._errors import ConfigError
+
+#: The most body bytes read from one answer; more is an error, not a truncation.
+MAX_BODY = 1 << 20
+#: Seconds one read of an answer's body may wait for the next bytes.
+READ_TIMEOUT = 30.0
+#: Seconds connecting (TCP and TLS) may take, at most.
+CONNECT_TIMEOUT = 10.0
+
 
 class Unreachable(ConnectionError):  # noqa: N818 - reads as a state: the server is unreachable
-    """Raise when the server cannot be connected to (refused, unknown host, network down)."""
+    """Raise when the server cannot be connected to (refused, unknown host, network down, TLS refused)."""
+
+
+class ResponseTooLarge(ConnectionError):  # noqa: N818 - reads as a state
+    """Raise when an answer's body passes the size limit."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +59,15 @@ def normalise(url: str) -> str:
     return url.rstrip("/")
 
 
+def require_client() -> None:
+    """Raise :class:`ConfigError` when the HTTP client (httpx) is not installed."""
+    try:
+        import httpx  # noqa: F401
+    except ImportError:
+        raise ConfigError("engines (HTTP adapter)", "httpx not installed",
+                          "install the engines extra: pip install 'profctx[engines]'") from None
+
+
 async def request(
     method: str,
     url: str,
@@ -51,60 +75,63 @@ async def request(
     body: Any = None,
     headers: dict[str, str] | None = None,
     timeout: float | None = None,
+    limit: int = MAX_BODY,
+    read_timeout: float = READ_TIMEOUT,
 ) -> Response:
     """Send one request and return the response; JSON-encode ``body`` when it is not ``None``.
 
-    Raise :class:`Unreachable` when connecting fails and ``TimeoutError`` after ``timeout``
-    seconds in total.
+    Raise :class:`Unreachable` when connecting fails, :class:`ResponseTooLarge` when the body
+    passes ``limit`` bytes, ``TimeoutError`` after ``timeout`` seconds in total or when one
+    read of the body waits more than ``read_timeout`` seconds, and ``ConnectionError`` for a
+    broken answer. Cancelling the awaiting task closes the connection.
     """
-    return await asyncio.wait_for(_request(method, url, body, headers or {}), timeout)
+    return await asyncio.wait_for(_request(method, url, body, headers or {}, timeout, limit, read_timeout), timeout)
 
 
-async def _request(method: str, url: str, body: Any, headers: dict[str, str]) -> Response:
-    parts = urlsplit(url)
-    https = parts.scheme == "https"
-    host = parts.hostname or "localhost"
-    port = parts.port or (443 if https else 80)
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
+async def _request(method: str, url: str, body: Any, headers: dict[str, str], timeout: float | None,
+                   limit: int, read_timeout: float) -> Response:
+    import httpx
+
+    # The head may take as long as the call (a stop answers once the trace is flushed); the body's
+    # reads are bounded separately below.
+    # A little over the call's own limit, so that the caller's timeout is the one that fires.
+    head = None if timeout is None else timeout + 5.0
+    limits = httpx.Timeout(head, connect=min(CONNECT_TIMEOUT, timeout) if timeout else CONNECT_TIMEOUT)
+    payload = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+    sent = {"Accept": "application/json, text/plain, */*", **headers}
+    if payload is not None:
+        sent["Content-Type"] = "application/json"
     try:
-        reader, writer = await asyncio.open_connection(host, port, ssl=ssl.create_default_context() if https else None)
-    except OSError as exc:
-        raise Unreachable(f"cannot connect to {parts.scheme}://{host}:{port}: {exc}") from exc
-    try:
-        lines = [f"{method} {target} HTTP/1.1", f"Host: {parts.netloc}", "Connection: close",
-                 "Accept: application/json, text/plain, */*", f"Content-Length: {len(payload)}"]
-        if body is not None:
-            lines.append("Content-Type: application/json")
-        lines += [f"{k}: {v}" for k, v in headers.items()]
-        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + payload)
-        await writer.drain()
-        head = await reader.readuntil(b"\r\n\r\n")
-        status_line, *header_lines = head.decode("latin-1").split("\r\n")
-        fields = status_line.split(" ", 2)
-        if len(fields) < 2 or not fields[1].isdigit():
-            raise ConnectionError(f"not an HTTP response from {url}: {status_line!r}")
-        status = int(fields[1])
-        info = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines if h)}
-        if info.get("transfer-encoding", "").lower() == "chunked":
-            data = await _chunked(reader)
-        elif "content-length" in info:
-            data = await reader.readexactly(int(info["content-length"]))
-        else:
-            data = await reader.read()
-    except asyncio.IncompleteReadError as exc:
-        raise ConnectionError(f"{url} closed the connection before answering") from exc
-    finally:
-        writer.close()
-    return Response(status, data.decode("utf-8", errors="replace"))
+        # The system trust store (as Python's ssl module loads it), not a bundled one; no proxy from the env.
+        async with httpx.AsyncClient(timeout=limits, follow_redirects=False, trust_env=False,
+                                     verify=ssl.create_default_context()) as client, \
+                client.stream(method, url, content=payload, headers=sent) as response:
+            data = await _read(response.aiter_bytes(), limit, read_timeout, url)
+            status, encoding = response.status_code, response.encoding or "utf-8"
+    except httpx.ConnectError as exc:
+        raise Unreachable(f"cannot connect to {_origin(url)}: {exc}") from exc
+    except httpx.TimeoutException as exc:
+        raise TimeoutError(f"{url}: {type(exc).__name__}") from exc
+    except httpx.HTTPError as exc:
+        raise ConnectionError(f"{url}: {type(exc).__name__}: {exc}") from exc
+    return Response(status, data.decode(encoding, errors="replace"))
 
 
-async def _chunked(reader: asyncio.StreamReader) -> bytes:
+async def _read(chunks: Any, limit: int, read_timeout: float, url: str) -> bytes:
     out = bytearray()
+    iterator = chunks.__aiter__()
     while True:
-        size = int((await reader.readline()).split(b";")[0].strip() or b"0", 16)
-        if size == 0:
-            await reader.readline()
+        try:
+            chunk = await asyncio.wait_for(iterator.__anext__(), read_timeout)
+        except StopAsyncIteration:
             return bytes(out)
-        out += await reader.readexactly(size)
-        await reader.readline()
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"{url}: no body bytes for {read_timeout:g} s") from None
+        out += chunk
+        if len(out) > limit:
+            raise ResponseTooLarge(f"{url} answered more than {limit} bytes; a profiling endpoint answers a few")
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"

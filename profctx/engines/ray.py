@@ -80,6 +80,12 @@ class RayEngineAdapter(EngineAdapter):
     def version(self) -> str | None:
         return self._version
 
+    def planned_folder(self, request: EngineRequest) -> str | None:
+        # A vLLM actor writes into its launch folder (by default this one); the actor's answer corrects it.
+        if self.engine == "vllm":
+            return _vllm.default_trace_dir(request.save_path, request.replica)
+        return request.folder
+
     def check(self, engines: EngineConfig) -> None:
         if self.engine == "vllm":
             _vllm._check(engines, None)

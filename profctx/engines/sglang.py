@@ -12,18 +12,23 @@ import asyncio
 import dataclasses
 import inspect
 import re
+import shutil
 import sys
 import typing
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
 
 from .._config import EngineConfig
 from .._errors import ConfigError
 from ._base import AlreadyActive, EngineAdapter, EngineError, EngineRequest, HttpAdapter, Outcome
 from ._http import Unreachable, request
 
+T = TypeVar("T")
+
 __all__ = [
     "NOT_IN_PROGRESS",
+    "NotInProgress",
     "SGLangEngineAdapter",
     "SGLangHttpAdapter",
     "SGLangTokenizerAdapter",
@@ -36,14 +41,18 @@ NOT_IN_PROGRESS = "Profiling is not in progress. Call /start_profile first."
 _ALREADY = "Profiling is already in progress"
 
 #: ``start_profile`` fields by the SGLang version that introduced them.
+#: Read from the ``ProfileReq`` of each released wheel.
 _FIELDS_SINCE: tuple[tuple[tuple[int, int, int], tuple[str, ...]], ...] = (
     ((0, 4, 9), ("output_dir", "num_steps", "activities", "profile_by_stage", "with_stack", "record_shapes")),
-    ((0, 5, 2), ("start_step",)),
-    ((0, 5, 5), ("merge_profiles",)),
-    ((0, 5, 10), ("profile_prefix", "profile_stages")),
+    ((0, 4, 10), ("start_step",)),
+    ((0, 5, 4), ("merge_profiles",)),
+    ((0, 5, 6), ("profile_prefix",)),
+    ((0, 5, 10), ("profile_stages",)),
     ((0, 5, 15), ("profile_id",)),
     ((0, 5, 19), ("detailed_annotations",)),
 )
+#: ``sglang.Engine.start_profile`` takes keyword arguments from this version (none before).
+ENGINE_KWARGS_SINCE = (0, 5, 3)
 _BASE_FIELDS = frozenset(_FIELDS_SINCE[0][1])
 
 
@@ -78,17 +87,19 @@ def start_arguments(
     activities = [a for c, a in (("cpu", "CPU"), ("cuda", "GPU"), ("memory", "MEM")) if c in request.contents]
     if activities:
         args["activities"] = activities
+    # SGLang reads start_step=0 as "no start step": the capture starts now.
+    start_step = request.absolute_start_step or None
     if request.count:
         num_steps = int(request.count)
-        immediate = request.absolute_start_step is None and not request.by_stage
+        immediate = start_step is None and not request.by_stage
         older = None if version is None else parse_version(version) < (0, 5, 16)
         if immediate and older:
             num_steps += 1  # before 0.5.16 SGLang records num_steps - 1 batches in this mode
         elif immediate and older is None:
             notes.append("SGLang before 0.5.16 records count-1 batches; give version= to correct for it")
         args["num_steps"] = num_steps
-    if request.absolute_start_step is not None:
-        args["start_step"] = int(request.absolute_start_step)
+    if start_step is not None:
+        args["start_step"] = int(start_step)
     if request.by_stage:
         args["profile_by_stage"] = True
     if request.merge_profiles:
@@ -122,11 +133,11 @@ def _check(engines: EngineConfig, version: str | None) -> None:
     if version is None:
         return
     fields = fields_for_version(version)
-    if engines.absolute_start_step is not None and "start_step" not in fields:
+    if engines.absolute_start_step and "start_step" not in fields:
         raise ConfigError("engines.absolute_start_step", engines.absolute_start_step,
-                          f"unset: SGLang {version} has no start_step (it needs 0.5.2+)")
+                          f"unset: SGLang {version} has no start_step (it needs 0.4.10+)")
     if engines.merge_profiles and "merge_profiles" not in fields:
-        raise ConfigError("engines.merge_profiles", True, f"false: SGLang {version} cannot merge (needs 0.5.5+)")
+        raise ConfigError("engines.merge_profiles", True, f"false: SGLang {version} cannot merge (needs 0.5.4+)")
 
 
 def _installed_version(obj: object) -> str | None:
@@ -174,15 +185,73 @@ def _class_fields(cls: type[Any]) -> frozenset[str]:
     return frozenset(names)
 
 
-class SGLangTokenizerAdapter(EngineAdapter):
+class NotInProgress(EngineError):  # noqa: N818 - the engine's own words
+    """Raise when SGLang answers a stop with "Profiling is not in progress"."""
+
+
+class _SGLang(EngineAdapter):
+    """Start/stop logic every SGLang adapter shares; subclasses only send the two calls.
+
+    A stop answered "not in progress" is a normal end after a ``num_steps`` auto-stop. With
+    ``absolute_start_step`` it can also mean the deferred start never began (no batch reached
+    that step before the role ended): SGLang keeps that start armed and would begin later,
+    under this capture's name, and refuse every later start. profctx then disarms it (an
+    immediate start and a stop clear SGLang's pending start step) and records the capture
+    failed with no trace.
+    """
+
+    engine = "sglang"
+    accepted: frozenset[str] | None = None
+
+    async def _send_start(self, args: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    async def _send_stop(self) -> None:
+        raise NotImplementedError
+
+    async def _stop(self, request_: EngineRequest) -> Outcome:
+        try:
+            await self._send_stop()
+        except NotInProgress:
+            return await self._not_in_progress(request_)
+        return Outcome()
+
+    async def _not_in_progress(self, request_: EngineRequest) -> Outcome:
+        if not request_.absolute_start_step:
+            return Outcome([_AUTO_STOP_NOTE])
+        folder = Path(request_.folder)
+        if folder.is_dir() and any(p.is_file() for p in folder.rglob("*")):
+            return Outcome([_AUTO_STOP_NOTE])
+        disarm = folder / ".disarmed"
+        args = {"output_dir": str(disarm), "activities": ["CPU"], "with_stack": False, "record_shapes": False}
+        if self.accepted is not None:
+            args = {k: v for k, v in args.items() if k in self.accepted}
+        try:
+            await self._send_start(args)
+            await self._send_stop()
+        except Exception as exc:
+            raise EngineError(
+                f"the deferred start (absolute_start_step={request_.absolute_start_step}) had not begun when the "
+                f"role ended, and disarming it failed ({type(exc).__name__}: {exc}): SGLang still holds it and "
+                "will start profiling when its batch count reaches that step"
+            ) from exc
+        finally:
+            shutil.rmtree(disarm, ignore_errors=True)
+        seen = "" if folder.parent.is_dir() else " (the engine's folder is not visible here, so profctx could not " \
+            "tell whether it ran; it may have written a trace there)"
+        raise EngineError(
+            f"the deferred start (absolute_start_step={request_.absolute_start_step}) had not begun when the role "
+            f"ended (no batch reached that step): no trace for this capture; profctx disarmed it{seen}"
+        )
+
+
+class SGLangTokenizerAdapter(_SGLang):
     """Drive an in-process ``TokenizerManager`` (the object SGLang's HTTP server calls).
 
     0.5.15+ takes a ``ProfileReq`` object, earlier versions keywords: detected from the
     installed ``start_profile`` signature. ``loop``: the loop the manager runs in (default:
     the loop running when the adapter is made, if any).
     """
-
-    engine = "sglang"
 
     def __init__(self, tokenizer_manager: Any, *, replica: int = 0, loop: asyncio.AbstractEventLoop | None = None,
                  version: str | None = None) -> None:
@@ -207,14 +276,14 @@ class SGLangTokenizerAdapter(EngineAdapter):
 
     def check(self, engines: EngineConfig) -> None:
         _check(engines, self._version)
-        if engines.absolute_start_step is not None and "start_step" not in self.accepted:
+        accepted = self.accepted or frozenset()
+        if engines.absolute_start_step and "start_step" not in accepted:
             raise ConfigError("engines.absolute_start_step", engines.absolute_start_step,
                               "unset: this SGLang has no start_step")
-        if engines.merge_profiles and "merge_profiles" not in self.accepted:
+        if engines.merge_profiles and "merge_profiles" not in accepted:
             raise ConfigError("engines.merge_profiles", True, "false: this SGLang cannot merge profiles")
 
-    async def _start(self, request_: EngineRequest) -> Outcome:
-        args, notes = start_arguments(request_, self.accepted, self._version)
+    async def _send_start(self, args: dict[str, Any]) -> None:
         start = self.target.start_profile
         req_type = self.request_type
         try:
@@ -224,27 +293,29 @@ class SGLangTokenizerAdapter(EngineAdapter):
                 await self._call(lambda: start(**args))
         except Exception as exc:
             raise _translate(exc) from exc
-        return Outcome(notes, request_.folder, self._version)
 
-    async def _stop(self, request_: EngineRequest) -> Outcome:
+    async def _send_stop(self) -> None:
         try:
             await self._call(self.target.stop_profile)
         except Exception as exc:
             if _stopped_on_its_own(exc):
-                return Outcome([_AUTO_STOP_NOTE])
+                raise NotInProgress(str(exc)) from exc
             raise
-        return Outcome()
+
+    async def _start(self, request_: EngineRequest) -> Outcome:
+        args, notes = start_arguments(request_, self.accepted, self._version)
+        await self._send_start(args)
+        return Outcome(notes, request_.folder, self._version)
 
 
-class SGLangEngineAdapter(EngineAdapter):
+class SGLangEngineAdapter(_SGLang):
     """Drive an in-process ``sglang.Engine`` (``start_profile(**kwargs)``; blocking, run in a helper thread).
 
     Fields are those of its ``tokenizer_manager`` when it has one; an ``Engine`` whose
-    ``start_profile`` takes no arguments (before 0.5.5) is started with none, and the
-    manifest says so.
+    ``start_profile`` takes no arguments (before 0.5.3) is started with none, and the
+    manifest says so. The helper thread has an event loop of its own: ``Engine`` before
+    0.5.4 runs its calls on ``asyncio.get_event_loop()``, which a bare thread lacks.
     """
-
-    engine = "sglang"
 
     def __init__(self, engine: Any, *, replica: int = 0, version: str | None = None) -> None:
         super().__init__(replica=replica)
@@ -267,45 +338,85 @@ class SGLangEngineAdapter(EngineAdapter):
     def check(self, engines: EngineConfig) -> None:
         _check(engines, self._version)
 
-    async def _start(self, request_: EngineRequest) -> Outcome:
+    def planned_folder(self, request: EngineRequest) -> str | None:
+        # Without options the engine writes where its own environment says: not known here.
+        return request.folder if self.takes_kwargs else None
+
+    async def _send_start(self, args: dict[str, Any]) -> None:
         start = self.target.start_profile
+        try:
+            await self._blocking(_with_loop(lambda: start(**args) if self.takes_kwargs else start()))
+        except Exception as exc:
+            raise _translate(exc) from exc
+
+    async def _send_stop(self) -> None:
+        try:
+            await self._blocking(_with_loop(self.target.stop_profile))
+        except Exception as exc:
+            if _stopped_on_its_own(exc):
+                raise NotInProgress(str(exc)) from exc
+            raise
+
+    async def _start(self, request_: EngineRequest) -> Outcome:
         if not self.takes_kwargs:
-            try:
-                await self._blocking(start)
-            except Exception as exc:
-                raise _translate(exc) from exc
+            await self._send_start({})
             return Outcome(["this sglang.Engine.start_profile takes no options: files go to "
                             "$SGLANG_TORCH_PROFILER_DIR (default /tmp) of the engine, with its defaults"],
                            None, self._version)
         args, notes = start_arguments(request_, self.accepted, self._version)
-        try:
-            await self._blocking(lambda: start(**args))
-        except Exception as exc:
-            raise _translate(exc) from exc
+        await self._send_start(args)
         return Outcome(notes, request_.folder, self._version)
 
-    async def _stop(self, request_: EngineRequest) -> Outcome:
+
+def _with_loop(func: Callable[[], T]) -> Callable[[], T]:
+    """Wrap ``func`` so that it runs with an event loop set as current in its (helper) thread."""
+
+    def run() -> T:
         try:
-            await self._blocking(self.target.stop_profile)
-        except Exception as exc:
-            if _stopped_on_its_own(exc):
-                return Outcome([_AUTO_STOP_NOTE])
-            raise
-        return Outcome()
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            return func()
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        try:
+            return func()
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+    return run
 
 
-class SGLangHttpAdapter(HttpAdapter):
+class SGLangHttpAdapter(_SGLang, HttpAdapter):
     """Drive an SGLang server through ``POST /start_profile`` and ``/stop_profile``.
 
     ``api_key``: the server's admin (or API) key, sent as a bearer token. ``version``: the
-    server's SGLang version (default: unknown; every field is sent and the server ignores
-    those it lacks). ``output_dir`` is the capture's folder as the server's host sees it.
+    server's SGLang version (default: asked once from ``GET /get_server_info``, which every
+    version answers; when that fails every field is sent and the server ignores those it
+    lacks). ``output_dir`` is the capture's folder as the server's host sees it.
     """
 
     engine = "sglang"
     example_url = "http://host:30000"
     _parse_version = staticmethod(parse_version)
     _check_options = staticmethod(_check)
+
+    async def _detect(self, timeout: float) -> None:
+        if self._version is not None:
+            return
+        try:
+            response = await request("GET", self.url + "/get_server_info", headers=self._headers(), timeout=timeout)
+        except Unreachable as exc:
+            raise EngineError(f"SGLang server {self.url} is unreachable: {exc}") from exc
+        data = response.json()
+        if response.status == 200 and isinstance(data, dict) and isinstance(data.get("version"), str):
+            try:
+                parse_version(data["version"])
+            except ConfigError:
+                return
+            self._version = data["version"]
 
     async def _post(self, path: str, body: Mapping[str, Any] | None, timeout: float) -> tuple[int, str]:
         try:
@@ -317,24 +428,38 @@ class SGLangHttpAdapter(HttpAdapter):
                               "(api_key=...)")
         return response.status, response.text.strip()
 
-    async def _start(self, request_: EngineRequest) -> Outcome:
-        accepted = None if self._version is None else fields_for_version(self._version)
-        args, notes = start_arguments(request_, accepted, self._version)
-        status, text = await self._post("/start_profile", args, request_.start_timeout)
+    async def _send_start(self, args: dict[str, Any]) -> None:
+        status, text = await self._post("/start_profile", args, 120.0)
         if status != 200:
             if _ALREADY in text:
                 raise AlreadyActive(f"{self.url} has a profiling session open already ({text[:200]})")
             raise EngineError(f"{self.url}/start_profile answered {status}: {text[:300]}")
+
+    async def _send_stop(self) -> None:
+        status, text = await self._post("/stop_profile", None, 1800.0)
+        if status == 200:
+            return
+        # SGLang answers a stop with no session (after a num_steps auto-stop) with a bare 500: the
+        # message stays in the server's log.
+        if NOT_IN_PROGRESS in text or status == 500:
+            raise NotInProgress(f"{self.url}/stop_profile answered {status}: {text[:200]}")
+        raise EngineError(f"{self.url}/stop_profile answered {status}: {text[:300]}")
+
+    async def _start(self, request_: EngineRequest) -> Outcome:
+        await self._detect(request_.start_timeout)
+        self.accepted = None if self._version is None else fields_for_version(self._version)
+        args, notes = start_arguments(request_, self.accepted, self._version)
+        await self._send_start(args)
+        if self._version is None:
+            notes.append("the server's SGLang version is unknown (GET /get_server_info failed): every field was "
+                         "sent; pass version= so that profctx corrects for the version's counting")
         return Outcome(notes, request_.folder, self._version)
 
     async def _stop(self, request_: EngineRequest) -> Outcome:
-        status, text = await self._post("/stop_profile", None, request_.stop_timeout)
-        if status == 200:
-            return Outcome()
-        if NOT_IN_PROGRESS in text:
-            return Outcome([_AUTO_STOP_NOTE])
-        if status == 500 and request_.count:
-            # SGLang answers a stop after its num_steps auto-stop with a bare 500 (the message stays in
-            # the server's log), so with count set this is the normal end, not a failure.
-            return Outcome([_AUTO_STOP_NOTE + " (the server answered 500, as SGLang does then)"])
-        raise EngineError(f"{self.url}/stop_profile answered {status}: {text[:300]}")
+        try:
+            await self._send_stop()
+        except NotInProgress as exc:
+            if not request_.absolute_start_step and not request_.count and "500" in str(exc):
+                raise EngineError(str(exc)) from exc  # no auto-stop can explain it: a real failure
+            return await self._not_in_progress(request_)
+        return Outcome()

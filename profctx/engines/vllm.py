@@ -49,6 +49,12 @@ def parse_version(version: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
+def version_numbers(version: str) -> tuple[int, ...]:
+    """Return every leading number of ``version``: ``"0.10.1rc2"`` -> ``(0, 10, 1)``."""
+    match = re.match(r"\s*v?(\d+(?:\.\d+)*)", str(version))
+    return tuple(int(x) for x in match.group(1).split(".")) if match else ()
+
+
 def profile_prefix(name: str) -> str:
     """Return ``name`` made acceptable to vLLM's ``profile_prefix`` check.
 
@@ -164,7 +170,8 @@ def launch_hint(version: str | None) -> str:
 def _translate(exc: BaseException, version: str | None) -> BaseException:
     if type(exc).__name__ == "ProfilerAlreadyActiveError":
         return AlreadyActive(f"the engine already has a profiling session open ({exc})")
-    if isinstance(exc, RuntimeError) and "Profiling is not enabled" in str(exc):
+    # The worker raises RuntimeError; through the engine core's RPC it arrives as a plain Exception.
+    if isinstance(exc, Exception) and "Profiling is not enabled" in str(exc):
         return EngineError(_not_enabled(version))
     return exc
 
@@ -198,6 +205,9 @@ class _InProcess(EngineAdapter):
     def _folder(self, request: EngineRequest) -> str:
         return self.trace_dir or default_trace_dir(request.save_path, request.replica)
 
+    def planned_folder(self, request: EngineRequest) -> str | None:
+        return self._folder(request)
+
     async def _invoke(self, name: str, kwargs: Mapping[str, Any]) -> None:
         raise NotImplementedError
 
@@ -208,7 +218,7 @@ class _InProcess(EngineAdapter):
         except Exception as exc:
             raise _translate(exc, self._version) from exc
         version = self._version or f"{self.capabilities.range} (from the start_profile signature)"
-        return Outcome(notes, self._folder(request), version, facts=[_folder_note()])
+        return _started(notes, self._folder(request), version, request, self.capabilities)
 
     async def _stop(self, request: EngineRequest) -> Outcome:
         try:
@@ -220,6 +230,16 @@ class _InProcess(EngineAdapter):
 
 def _folder_note() -> str:
     return "vLLM writes into the folder fixed at its launch (torch_profiler_dir); files carry the prefix"
+
+
+def _started(notes: list[str], folder: str, version: str | None, request: EngineRequest,
+             caps: VLLMCapabilities) -> Outcome:
+    """Return the outcome of a start: where files land and how this capture's files are told apart."""
+    if caps.prefix and caps.prefix_each_session is True:
+        # vLLM names worker traces '{prefix}_{rank suffix}...'.
+        return Outcome(notes, folder, version, facts=[_folder_note()], files_by="prefix",
+                       prefix=profile_prefix(request.name) + "_")
+    return Outcome(notes, folder, version, facts=[_folder_note()], files_by="time")
 
 
 class VLLMAsyncAdapter(_InProcess):
@@ -315,9 +335,13 @@ class VLLMHttpAdapter(HttpAdapter):
                                     caps.http_body, caps.prefix_each_session)
         kwargs, more = _session(request_, caps)
         notes += more
-        await self._post("/start_profile", kwargs if caps.http_body else None, request_.start_timeout)
-        folder = self.trace_dir or default_trace_dir(request_.save_path, request_.replica)
-        return Outcome(notes, folder, self._version, facts=[_folder_note()])
+        # The HTTP call may outlive start_timeout (profctx then stops the engine once it answers).
+        await self._post("/start_profile", kwargs if caps.http_body else None,
+                         request_.start_timeout + request_.stop_timeout)
+        return _started(notes, self.planned_folder(request_), self._version, request_, caps)
+
+    def planned_folder(self, request: EngineRequest) -> str:
+        return self.trace_dir or default_trace_dir(request.save_path, request.replica)
 
     async def _stop(self, request_: EngineRequest) -> Outcome:
         await self._post("/stop_profile", None, request_.stop_timeout)
@@ -380,6 +404,7 @@ def launch_settings(
                 raise ConfigError("version", None, "the vLLM version of the server (vllm is not installed here)")\
                     from None
     v = parse_version(version)
+    full = version_numbers(version)
     if v < (0, 10):
         raise ConfigError("version", version, "vLLM 0.10 or newer")
     engines = config.engines
@@ -394,16 +419,25 @@ def launch_settings(
     args: tuple[str, ...] = ()
     profiler_config: dict[str, Any] | None = None
     if v <= (0, 15):
-        env = {
-            "VLLM_TORCH_PROFILER_DIR": folder,
-            "VLLM_TORCH_PROFILER_RECORD_SHAPES": "1" if "shapes" in contents else "0",
-            "VLLM_TORCH_PROFILER_WITH_PROFILE_MEMORY": "1" if "memory" in contents else "0",
-            "VLLM_TORCH_PROFILER_WITH_STACK": "1" if "stack" in contents else "0",
-        }
-        if v >= (0, 12) and (delay or count):
-            env["VLLM_PROFILER_DELAY_ITERS"] = str(delay)
-            env["VLLM_PROFILER_MAX_ITERS"] = str(count)
+        env = {"VLLM_TORCH_PROFILER_DIR": folder}
+        if full[:3] != (0, 10, 0):
+            env.update({
+                "VLLM_TORCH_PROFILER_RECORD_SHAPES": "1" if "shapes" in contents else "0",
+                "VLLM_TORCH_PROFILER_WITH_PROFILE_MEMORY": "1" if "memory" in contents else "0",
+                "VLLM_TORCH_PROFILER_WITH_STACK": "1" if "stack" in contents else "0",
+            })
+        else:
+            notes.append(f"vLLM {version} reads only VLLM_TORCH_PROFILER_DIR: it records stacks and no shapes "
+                         "or memory whatever engines.contents says (the other variables need 0.10.1+)")
+        if v >= (0, 12):
+            # The frontend's own CPU profiler would run a second torch profiler in the driver process.
             env["VLLM_TORCH_PROFILER_DISABLE_ASYNC_LLM"] = "1"
+            if delay or count:
+                env["VLLM_PROFILER_DELAY_ITERS"] = str(delay)
+                env["VLLM_PROFILER_MAX_ITERS"] = str(count)
+        elif v >= (0, 11):
+            notes.append(f"vLLM {version}'s AsyncLLM always runs its own CPU torch profiler in the process that "
+                         "holds it: do not run profctx's torch backend in that process (tool='noop' there)")
     if v >= (0, 13):
         profiler_config = {
             "profiler": "torch",
@@ -411,14 +445,17 @@ def launch_settings(
             "torch_profiler_with_stack": "stack" in contents,
             "torch_profiler_record_shapes": "shapes" in contents,
             "torch_profiler_with_memory": "memory" in contents,
+            # Off always: the frontend's CPU profiler is a second torch profiler in the process holding
+            # AsyncLLM, which crashes next to profctx's own (and records no engine step).
+            "ignore_frontend": True,
         }
         if delay or count:
-            profiler_config.update(delay_iterations=delay, max_iterations=count, ignore_frontend=True)
+            profiler_config.update(delay_iterations=delay, max_iterations=count)
         activities = [a for c, a in (("cpu", "CPU"), ("cuda", "CUDA")) if c in contents]
-        if activities and v >= (0, 33):
+        if activities and v >= (0, 32):
             profiler_config["torch_profiler_activities"] = activities
         args = ("--profiler-config", json.dumps(profiler_config, separators=(",", ":")))
-    if any(c in contents for c in ("cpu", "cuda")) and v < (0, 33):
+    if any(c in contents for c in ("cpu", "cuda")) and v < (0, 32):
         notes.append(f"vLLM {version} records its platform's default activities (CPU and CUDA on GPUs); "
-                     "choosing them needs 0.33+")
+                     "choosing them needs 0.32+")
     return LaunchSettings(str(version), folder, args, env, profiler_config, tuple(notes))

@@ -44,6 +44,14 @@ def engine_settings(
                     f"tools, not {tool!r}: no engine is driven (engines.roles = [])")
         tool_leftovers(report, rollout, tool, "unused: no engine is driven")
         return out
+    engine = engine_name(data)
+    if engine == "trtllm":
+        report.note(rollout.field("enable"), True, "the rollout engine is TensorRT-LLM, which profctx has no "
+                    "adapter for (verl drives it with collective_rpc start_profile/stop_profile, discrete or "
+                    "not): no engine is driven (engines.roles = []); profile it with its own tools")
+        report.mapped(discrete_path, "unused: no engine is driven (TensorRT-LLM)")
+        tool_leftovers(report, rollout, tool, "unused: no engine is driven (TensorRT-LLM)")
+        return out
     discrete = as_flag(discrete_path, tc.get("discrete", False))
     report.mapped(discrete_path, "engines on/off (verl drives engines only when discrete)")
     if not discrete:
@@ -54,13 +62,29 @@ def engine_settings(
     out["roles"] = ["rollout"]
     out["replicas"] = _replicas(report, data, rollout)
     out["contents"] = _engine_contents(report, rollout, tool, tc)
+    if engine == "sglang" and "memory" in out["contents"]:
+        out["contents"].remove("memory")
+        report.note(f"{path}.{tool}.contents", list(tc.get("contents") or []), "SGLang's profiler records no "
+                    "memory: verl warns and drops 'memory' for SGLang, and so does profctx")
     out.update(_engine_window(report, data, rollout, tool, tc))
+    if engine in (None, "vllm") and not out.get("delay") and not out.get("count"):
+        report.note(f"{path}.{tool}.profile_token_end", tc.get("profile_token_end"), "verl always launches vLLM "
+                    "with ignore_frontend=true (no front-end process trace); profctx's vLLM launch settings "
+                    "send it only with an engines.delay/count window, so vLLM's front end is traced too")
     for key in ("level", "analysis"):
         if key in tc:
             report.note(f"{path}.{tool}.{key}", tc[key], "profctx sends no NPU level or analysis switch to "
                         "rollout engines: they use their own defaults")
     tool_leftovers(report, rollout, tool, "rollout engine setting")
     return out
+
+
+def engine_name(data: Mapping[str, Any]) -> str | None:
+    """Return ``actor_rollout_ref.rollout.name`` (``vllm``, ``sglang``, ``trtllm``...), or ``None`` when not given."""
+    arr = data.get("actor_rollout_ref")
+    rollout = arr.get("rollout") if isinstance(arr, Mapping) else None
+    name = rollout.get("name") if isinstance(rollout, Mapping) else None
+    return str(name) if name is not None else None
 
 
 def _replicas(report: Report, data: Mapping[str, Any], rollout: Role) -> list[int] | str:
@@ -75,11 +99,12 @@ def _replicas(report: Report, data: Mapping[str, Any], rollout: Role) -> list[in
         size *= value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
     replicas = sorted({rank // size for rank in rollout.ranks})
     if isinstance(cfg, Mapping) and "tensor_model_parallel_size" in cfg:
-        reason = (f"read as global GPU ranks (verl since August 2026) of replicas of {size} GPUs: replicas "
-                  f"{replicas}; each selected replica is traced on all its GPUs")
+        reason = (f"read as global GPU ranks of replicas of {size} GPUs, as verl 0.9 does (0.9.0 on): replicas "
+                  f"{replicas}; each selected replica keeps the traces of all its GPUs (verl drops those of "
+                  "GPUs not listed when it relocates them)")
     else:
-        reason = (f"read as replica indices {replicas} (no rollout parallel sizes given; verl since August "
-                  "2026 reads global GPU ranks: pass the whole trainer config to map them)")
+        reason = (f"read as replica indices {replicas} (no rollout parallel sizes given; verl 0.9 reads "
+                  "global GPU ranks: pass the whole trainer config to map them)")
     report.note(rollout.field("ranks"), list(rollout.ranks), reason)
     return replicas
 
@@ -89,27 +114,27 @@ def _engine_contents(report: Report, rollout: Role, tool: str, tc: Mapping[str, 
     raw = tc.get("contents") or []
     if not isinstance(raw, (list, tuple)):
         raise ConfigError(path, raw, "a list; " + one_of(CONTENTS[tool]))
-    report.mapped(path, "engines.contents")
+    report.mapped(path, "engines.contents (stack/module, shapes, memory; the engine records its default "
+                  "activities, as verl leaves them)")
     out: list[str] = []
     for item in raw:
         if item in SGLANG_SWITCHES:
             continue
         if item not in CONTENTS[tool]:
             raise ConfigError(path, item, f"verl's {tool} contents: {one_of(CONTENTS[tool])}")
-        mapped = {"module": "stack", "npu": None}.get(item, item)  # verl's vLLM args: stack or module -> with_stack
+        # verl passes engines with_stack (stack or module), record_shapes and with_memory only:
+        # the engine's activities are never restricted, so cpu/cuda/npu select nothing there.
+        mapped = {"module": "stack", "npu": None, "cpu": None, "cuda": None}.get(item, item)
         if mapped is not None:
             out.append(mapped)
-    if not out:
-        return ["cpu", "cuda"] if tool == "torch" else ["cpu"]
-    return list(dict.fromkeys(["cpu", *out]))
+    return list(dict.fromkeys(out))
 
 
 def _engine_window(
     report: Report, data: Mapping[str, Any], rollout: Role, tool: str, tc: Mapping[str, Any]
 ) -> dict[str, Any]:
     base = f"{rollout.field('tool_config')}.{tool}"
-    engine = (((data.get("actor_rollout_ref") or {}).get("rollout") or {}).get("name")
-              if isinstance(data.get("actor_rollout_ref"), Mapping) else None)
+    engine = engine_name(data)
     out: dict[str, Any] = {}
     switches = [s for s in (tc.get("contents") or []) if s in SGLANG_SWITCHES]
     for switch in switches:

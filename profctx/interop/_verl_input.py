@@ -6,6 +6,7 @@ imported only when the input is one of its nodes or holds an interpolation (``${
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,10 +25,12 @@ def plain(cfg: object) -> dict[str, Any]:
         cfg = _read_yaml(Path(cfg))
     if type(cfg).__module__.startswith("omegaconf"):
         return _resolve(cfg)
-    if isinstance(cfg, Mapping):
-        data = {str(k): v for k, v in cfg.items()}
+    if isinstance(cfg, Mapping) or _is_dataclass(cfg):
+        data = _to_plain(cfg)
+        assert isinstance(data, dict)
         return _resolve(data) if _has_interpolation(data) else data
-    raise ConfigError("verl", cfg, "a verl config: a mapping, an OmegaConf DictConfig or a path to a YAML file")
+    raise ConfigError("verl", cfg, "a verl config: a mapping, an OmegaConf DictConfig, verl's ProfilerConfig "
+                      "or a path to a YAML file")
 
 
 def as_mapping(path: str, value: object) -> Mapping[str, Any]:
@@ -42,6 +45,24 @@ def as_flag(path: str, value: object) -> bool:
     if isinstance(value, bool):
         return value
     raise ConfigError(path, value, "true or false")
+
+
+def _is_dataclass(value: object) -> bool:
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
+def _to_plain(value: object) -> object:
+    """Return ``value`` with every mapping (verl's ``BaseConfig`` dataclasses included) a dict, sequences lists."""
+    if type(value).__module__.startswith("omegaconf"):
+        return _resolve(value)
+    if isinstance(value, Mapping):
+        return {str(k): _to_plain(v) for k, v in value.items()}
+    if _is_dataclass(value):
+        return {f.name: _to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)  # type: ignore[arg-type]
+                if not f.name.startswith("_")}
+    if isinstance(value, (list, tuple)):
+        return [_to_plain(v) for v in value]
+    return value
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

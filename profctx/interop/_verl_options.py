@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from .._errors import ConfigError, one_of
 from ._verl_input import as_flag, as_mapping
-from ._verl_report import Report
+from ._verl_report import Report, instead
 from ._verl_roles import Role
 from ._verl_tool import tool_config, tool_leftovers
 
@@ -52,7 +52,7 @@ def tool_settings(
             path = f"{role.field('tool_config')}.{tool}.contents"
             if "contents" in other and _contents(report, role, tool, other, quiet=True) != contents:
                 report.note(path, other["contents"], f"profctx records one contents list for all roles: "
-                            f"{list(contents)} from {primary.name} is used")
+                            f"{list(contents)} from {primary.name} is used; {instead('contents')}")
     if tool == "npu" and primary is not None:
         options = _npu_options(report, primary, tc, training)
     elif tool == "nsys":
@@ -106,7 +106,8 @@ def _npu_options(report: Report, primary: Role, tc: Mapping[str, Any], training:
         for key, value in (("level", level), ("analysis", analysis)):
             if key in other and other[key] != value:
                 report.note(f"{role.field('tool_config')}.npu.{key}", other[key],
-                            f"profctx has one npu setting for all roles: {value!r} from {primary.name} is used")
+                            f"profctx has one npu setting for all roles: {value!r} from {primary.name} is used; "
+                            f"{instead('tool_options.' + ('level' if key == 'level' else 'analyse'))}")
     # verl's NPU profiler fixes these (export to Db, simplified data, no communication mstx ranges).
     return {"level": level, "analyse": analysis, "export_type": ["db"], "data_simplification": True,
             "mstx_domain_exclude": ["communication"]}

@@ -88,15 +88,16 @@ class Report:
 
     def known(self, leaf: str) -> bool:
         """Return whether ``leaf`` or a field inside it is accounted for."""
-        return any(leaf == f or leaf.startswith(f + ".") for f in self.fields)
+        parts = leaf.split(".")
+        return any(".".join(parts[:n]) in self.fields for n in range(len(parts), 0, -1))
 
     def sweep(self) -> None:
         """Note every leaf of the profiler blocks that nothing accounted for."""
         for path, block in self.blocks.items():
             for leaf, value in leaves(path, block):
                 if not self.known(leaf):
-                    self.note(leaf, value, "not a verl profiler field profctx knows (January or August 2026 "
-                              "shapes); not carried over")
+                    self.note(leaf, value, "not a verl profiler field profctx knows (verl 0.5 to 0.10); "
+                              "not carried over")
 
     def conversion(self, config: ProfilerConfig) -> Conversion:
         """Return ``config`` with the notes and fields recorded so far."""
@@ -111,3 +112,9 @@ def leaves(prefix: str, block: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
             yield from leaves(path, value)
         else:
             yield path, value
+
+
+def instead(field: str) -> str:
+    """Return what a user can do instead when a per-role verl setting of ``field`` collapses to one value."""
+    return (f"to keep this role's own {field}, call profctx.configure(..., {field.split('.')[0]}=...) "
+            "in its worker processes (profctx has no per-worker-group settings yet)")

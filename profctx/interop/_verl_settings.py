@@ -11,7 +11,7 @@ from typing import Any, Final, Literal
 
 from .._errors import ConfigError
 from ._verl_input import as_flag, as_mapping
-from ._verl_report import Report
+from ._verl_report import Report, instead
 from ._verl_roles import Role
 from ._verl_tool import tool_config
 
@@ -41,7 +41,8 @@ def capture_mode(
             chosen = next(n for n, f in flags.items() if f)
             report.note(f"{role.field('tool_config')}.{tool}.discrete", False,
                         f"profctx has one mode for all roles: mode='role' because {chosen} is discrete, so "
-                        "this role is captured per role block too, not as part of a whole-step trace")
+                        "this role is captured per role block too, not as part of a whole-step trace; "
+                        f"{instead('mode')}")
     return mode
 
 
@@ -80,7 +81,8 @@ def resolve_save_path(report: Report, gpath: str, g: Mapping[str, Any], roles: l
             report.mapped(role.field("save_path"), "save_path")
         else:
             report.note(role.field("save_path"), role.block["save_path"],
-                        f"profctx has one save_path: {path!r} is used (captures are filed by step and role below it)")
+                        f"profctx has one save_path: {path!r} is used (captures are filed by step and role below "
+                        f"it); {instead('save_path')}")
     return path
 
 

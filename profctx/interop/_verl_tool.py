@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from .._errors import ConfigError, one_of
 from ._verl_input import as_mapping
-from ._verl_report import Report, leaves
+from ._verl_report import Report, instead, leaves
 from ._verl_roles import Role
 
 #: verl tools profctx has a backend for.
@@ -63,10 +63,21 @@ def resolve_tool(
             report.mapped(role.field("tool"), "tool")
         elif role.enable:
             report.note(role.field("tool"), role.tool, f"profctx uses one tool per process: {tool!r} is used "
-                        f"for this role too")
+                        f"for this role too; {instead('tool')}")
         else:
             report.mapped(role.field("tool"), "unused: the role is not enabled")
     return tool
+
+
+def note_memory_history(report: Report, gpath: str, g: Mapping[str, Any], roles: list[Role]) -> None:
+    """Note what verl's torch_memory tool does beyond captures, and the profctx call that does the same."""
+    path = f"{gpath}.tool" if g.get("tool") == "torch_memory" else next(
+        (r.field("tool") for r in roles if r.tool == "torch_memory"), f"{gpath}.tool")
+    report.note(path, "torch_memory", "verl turns on CUDA memory history in every worker process built with this "
+                "tool, whatever steps and enable say, and writes an allocator snapshot on out-of-memory on the "
+                "ranks its blocks select (all_ranks, ranks, else rank 0); profctx records memory only inside "
+                "captures: call profctx.backends.torch_memory.watch_oom(save_path) once in each worker for "
+                "verl's always-on history and OOM snapshots")
 
 
 def tool_config(role: Role, tool: str | None) -> Mapping[str, Any]:

@@ -36,7 +36,11 @@ __all__ = [
 
 @dataclass
 class Captured:
-    """What one capture covered, as :func:`capture` reports it."""
+    """What one capture covered, as :func:`capture` reports it.
+
+    ``kind``: ``step`` or ``role`` for the process's own captures, ``engine`` for a session of
+    an attached engine adapter (compare only the former with :func:`expected_captures`).
+    """
 
     steps: tuple[int, ...]
     role: str | None
@@ -45,6 +49,7 @@ class Captured:
     ranges: list[str] = field(default_factory=list)
     reason: str | None = None
     markers: list[str] = field(default_factory=list)
+    kind: str | None = None
 
 
 @contextlib.contextmanager
@@ -83,6 +88,7 @@ def capture(**fields: Any) -> Iterator[list[Captured]]:
                 ranges=list(recorded.ranges) if recorded else [],
                 reason=record.get("reason") or record.get("error"),
                 markers=list(recorded.markers) if recorded else [],
+                kind=record.get("kind"),
             ))
 
         if runtime is not None:

@@ -5,20 +5,31 @@ Use them to property-test your own step logic::
     from hypothesis import given
     from profctx.testing import strategies as pst
 
-    @given(pst.windows(), pst.step_sequences())
-    def test_my_loop(window, steps): ...
+    @given(pst.windows(), pst.step_sequences(repeats=True), pst.role_trees(names=["gen", "train"]))
+    def test_my_loop(window, steps, blocks): ...
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import strategies as st
 
+from .._plan import RoleBlock
 from .._window import StepWindow
 
-__all__ = ["RoleTree", "rank_lists", "role_names", "role_trees", "step_sequences", "window_texts", "windows"]
+__all__ = [
+    "DEFAULT_ROLES",
+    "RoleBlock",
+    "RoleTree",
+    "rank_lists",
+    "role_names",
+    "role_trees",
+    "step_sequences",
+    "window_texts",
+    "windows",
+]
 
 
 def windows(max_step: int = 60, max_size: int = 12) -> st.SearchStrategy[StepWindow]:
@@ -43,38 +54,64 @@ def window_texts(max_step: int = 60) -> st.SearchStrategy[str]:
     )
 
 
-def step_sequences(max_step: int = 60, max_size: int = 25) -> st.SearchStrategy[list[int]]:
-    """Step sequences a training loop could run: ascending, possibly with gaps (resumes, skips)."""
-    return st.lists(st.integers(0, max_step), max_size=max_size, unique=True).map(sorted)
+def step_sequences(max_step: int = 60, max_size: int = 25, *, repeats: bool = False) -> st.SearchStrategy[list[int]]:
+    """Step sequences a training loop could run, of at most ``max_size`` steps in ``[0, max_step]``.
+
+    Default: ascending with gaps (a loop that skips steps). ``repeats=True`` also draws what a
+    real loop does after a failure: a retried step (the same step twice in a row) and a resume
+    from an older checkpoint (the sequence jumps back and runs steps again), besides resumes
+    that skip ahead.
+    """
+    if not repeats:
+        return st.lists(st.integers(0, max_step), max_size=max_size, unique=True).map(sorted)
+    return _resumed_runs(max_step, max_size)
 
 
-def role_names() -> st.SearchStrategy[str]:
-    """Role names like ``rollout`` or ``actor_update``."""
-    return st.sampled_from(["rollout", "actor_update", "ref_compute_log_prob", "critic_update", "reward", "gen"])
+def _resumed_runs(max_step: int, max_size: int) -> st.SearchStrategy[list[int]]:
+    """Segments of consecutive steps, each starting anywhere (skip ahead or resume behind), with retries."""
+    # One segment: a start and, per step, how often it runs (mostly once, sometimes retried).
+    segment = st.tuples(st.integers(0, max_step), st.lists(st.sampled_from([1, 1, 1, 2, 3]), min_size=1, max_size=8))
+
+    def flatten(segments: list[tuple[int, list[int]]]) -> list[int]:
+        out: list[int] = []
+        for start, times in segments:
+            for step, count in zip(range(start, max_step + 1), times, strict=False):  # clipped at max_step
+                out.extend([step] * count)
+        return out[:max_size]
+
+    return st.lists(segment, max_size=4).map(flatten)
 
 
-@dataclass(frozen=True)
-class RoleTree:
-    """A role block and the blocks nested inside it, in order."""
-
-    role: str
-    children: tuple[RoleTree, ...] = ()
-
-    def paths(self, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-        """Return the role path of this block and of every nested block, depth first."""
-        here = (*prefix, self.role)
-        out = [here]
-        for child in self.children:
-            out.extend(child.paths(here))
-        return out
+#: The role names :func:`role_names` draws when the caller gives none.
+DEFAULT_ROLES: tuple[str, ...] = ("rollout", "actor_update", "ref_compute_log_prob", "critic_update", "reward", "gen")
 
 
-def role_trees(max_depth: int = 3, max_children: int = 3) -> st.SearchStrategy[tuple[RoleTree, ...]]:
-    """Sequences of nested role blocks, as one step of a loop would enter them."""
-    leaf = st.builds(RoleTree, role_names())
+def role_names(names: Sequence[str] | None = None) -> st.SearchStrategy[str]:
+    """Role names drawn from ``names`` (your own vocabulary; default :data:`DEFAULT_ROLES`)."""
+    vocabulary = tuple(names) if names is not None else DEFAULT_ROLES
+    if not vocabulary or not all(isinstance(n, str) and n.strip("/") and "/" not in n for n in vocabulary):
+        raise ValueError(f"role_names: names must be non-empty role names without '/', got {names!r}")
+    return st.sampled_from(vocabulary)
 
-    def extend(children: st.SearchStrategy[Any]) -> st.SearchStrategy[RoleTree]:
-        return st.builds(RoleTree, role_names(), st.lists(children, max_size=max_children).map(tuple))
+
+#: A role block and its nested blocks: the same class :func:`profctx.testing.expected_captures`
+#: and :func:`profctx.testing.replay` take (``RoleTree`` is kept as its older name).
+RoleTree = RoleBlock
+
+
+def role_trees(
+    max_depth: int = 3, max_children: int = 3, *, names: Sequence[str] | None = None
+) -> st.SearchStrategy[tuple[RoleBlock, ...]]:
+    """Sequences of nested role blocks, as one step of a loop would enter them.
+
+    ``names``: the role names to draw from (your trainer's roles, e.g. ``["gen", "train"]``);
+    the result feeds :func:`profctx.testing.expected_captures` and :func:`profctx.testing.replay`.
+    """
+    name = role_names(names)
+    leaf = st.builds(RoleBlock, name)
+
+    def extend(children: st.SearchStrategy[Any]) -> st.SearchStrategy[RoleBlock]:
+        return st.builds(RoleBlock, name, st.lists(children, max_size=max_children).map(tuple))
 
     tree = st.recursive(leaf, extend, max_leaves=max_depth * max_children)
     return st.lists(tree, max_size=max_children).map(tuple)

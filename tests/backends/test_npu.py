@@ -84,12 +84,25 @@ def test_without_analysis_the_raw_data_is_listed_with_a_note(npu: npu_double.Npu
     assert not list(tmp_path.rglob("ASCEND_PROFILER_OUTPUT"))
 
 
-def test_a_swallowed_analysis_error_is_a_recorded_failure(npu: npu_double.NpuState, tmp_path: Path) -> None:
-    npu.fail_analyse = "parser crashed"
+def test_a_swallowed_analysis_error_is_a_recorded_failure(npu: npu_double.NpuState, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROFCTX_TEST_NPU_FAIL_ANALYSE", "parser crashed")
     record = run_step(tmp_path)
     assert record["status"] == "failed"
     assert "analysis wrote nothing" in record["error"]
-    assert any("Call analyse failed" in p for p in npu.printed)  # torch_npu printed, did not raise
+    assert "Call analyse failed" in record["error"] and "parser crashed" in record["error"]  # printed, not raised
+
+
+def test_analysis_runs_in_a_child_and_leaves_this_process_start_method_alone(
+    npu: npu_double.NpuState, tmp_path: Path
+) -> None:
+    import multiprocessing
+
+    before = multiprocessing.get_start_method(allow_none=True)
+    record = run_step(tmp_path)
+    assert record["status"] == "ok", record
+    assert any(Path(f["path"]).parent.name == "ASCEND_PROFILER_OUTPUT" for f in record["files"])
+    assert multiprocessing.get_start_method(allow_none=True) == before  # torch_npu's fork switch stayed in the child
 
 
 def test_msprof_environment_disables_the_api_and_the_capture_fails_with_a_note(

@@ -68,3 +68,75 @@ def test_bad_torch_memory_config_is_refused(
     with pytest.raises(profctx.ConfigError) as caught:
         profctx.configure(steps=[3], tool="torch_memory", save_path=str(tmp_path), **fields)
     assert caught.value.field == field
+
+
+# -- watch_oom: verl's torch_memory behaviour (memory history + OOM snapshot in every worker) -----------
+
+
+def test_watch_oom_does_nothing_without_cuda(tmp_path: Path) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA")
+    from profctx.backends.torch_memory import watch_oom
+
+    assert watch_oom(tmp_path) is None
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [({"max_entries": 0}, "tool_options.max_entries"),
+                                               ({"context": "every"}, "tool_options.context"),
+                                               ({"stacks": "cpp"}, "stacks")])
+def test_watch_oom_refuses_bad_options(kwargs: dict[str, Any], field: str, tmp_path: Path) -> None:
+    from profctx.backends.torch_memory import watch_oom
+
+    with pytest.raises(profctx.ConfigError) as err:
+        watch_oom(tmp_path, **kwargs)
+    assert err.value.field == field
+
+
+def test_watch_oom_records_history_and_writes_the_snapshot_at_oom(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With the CUDA double: the observer torch calls at OOM writes the allocator snapshot."""
+    from profctx.backends import torch_memory
+
+    state = cuda_double.install_memory(monkeypatch)
+    observers: list[Any] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch._C, "_cuda_attach_out_of_memory_observer", observers.append, raising=False)
+    monkeypatch.setattr(torch_memory, "_oom_folder", None)
+    folder = torch_memory.watch_oom(tmp_path, max_entries=1000)
+    assert folder == tmp_path / "oom"
+    assert state.calls[-1]["enabled"] == "all" and state.calls[-1]["max_entries"] == 1000
+    torch_memory.watch_oom(tmp_path)
+    assert len(observers) == 1  # one observer per process
+    observers[0](0, 1 << 30, 80 << 30, 1 << 20)
+    (snapshot,) = folder.iterdir()
+    assert snapshot.name.endswith(".memory_snapshot.pickle")
+    with open(snapshot, "rb") as f:
+        assert pickle.load(f)["segments"][0]["blocks"][0]["size"] == 512
+
+
+def test_watch_oom_observer_never_raises(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from profctx.backends import torch_memory
+
+    state = cuda_double.install_memory(monkeypatch)
+    state.fail_snapshot = RuntimeError("allocator busy")
+    observers: list[Any] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch._C, "_cuda_attach_out_of_memory_observer", observers.append, raising=False)
+    monkeypatch.setattr(torch_memory, "_oom_folder", None)
+    torch_memory.watch_oom(tmp_path)
+    observers[0](0, 1, 2, 3)  # logs, does not raise
+    assert not (tmp_path / "oom").exists() or list((tmp_path / "oom").iterdir()) == []
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_watch_oom_on_a_real_gpu_writes_a_snapshot_when_an_allocation_fails(tmp_path: Path) -> None:
+    from profctx.backends.torch_memory import watch_oom
+
+    folder = watch_oom(tmp_path)
+    assert folder is not None
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        torch.empty(1 << 50, dtype=torch.uint8, device="cuda")
+    snapshots = list(folder.glob("*.memory_snapshot.pickle"))
+    assert len(snapshots) == 1 and snapshots[0].stat().st_size > 0

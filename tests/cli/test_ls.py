@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from profctx.cli import main
+from profctx.cli._common import Style
 
 
 def test_ls_lists_every_capture_with_reasons(run_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -72,10 +74,33 @@ def test_ls_reads_an_open_capture_from_a_crashed_process(run_dir: Path, tmp_path
 
 
 def test_command_line_entry_and_help() -> None:
-    for command in ("ls", "merge", "report", "doctor"):
+    for command in ("ls", "merge", "report", "doctor", "diff", "check"):
         done = subprocess.run([sys.executable, "-m", "profctx", command, "--help"], capture_output=True, text=True,
                               check=False)
         assert done.returncode == 0 and "usage: profctx " + command in done.stdout
     done = subprocess.run([sys.executable, "-m", "profctx", "merge", "somewhere"], capture_output=True, text=True,
                           check=False)
-    assert done.returncode == 2 and "--step" in done.stderr
+    assert done.returncode == 2 and "somewhere: no such folder" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("window", ["abc", "1,x", ","])
+def test_demo_refuses_a_bad_window_with_a_usage_error(window: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "profctx", "demo", "--window", window], capture_output=True,
+                          text=True, check=False)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and f"--window {window!r} is not valid" in done.stderr
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm-256color")
+    assert "\x1b[" in Style(_Terminal()).status("failed")
+    assert Style(io.StringIO()).status("failed") == "failed"  # a pipe
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert Style(_Terminal()).status("failed") == "failed"

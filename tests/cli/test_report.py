@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import re
 import shutil
 import subprocess
@@ -9,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from profctx._report import top_ops
+from profctx._report import PALETTE, colours
+from profctx.analysis import read_figures, summarize
 from profctx.cli import main
 
 
@@ -27,22 +29,48 @@ def test_report_is_self_contained(page: Path) -> None:
     assert "<link" not in text and "@import" not in text
     assert "SessionLostError" in text and "owned by capture" in text
     assert "aten::mm" in text  # top operations read from the traces
+    assert len(text) < 200_000
 
 
-def test_top_ops_ranks_by_self_time(tmp_path: Path) -> None:
+def test_self_time_per_operator_from_a_streamed_trace(tmp_path: Path) -> None:
     trace = tmp_path / "t.json"
     trace.write_text(
         '{"traceEvents":['
         '{"ph":"X","name":"outer","pid":1,"tid":1,"ts":0,"dur":100},'
-        '{"ph":"X","name":"inner","pid":1,"tid":1,"ts":10,"dur":70},'
         '{"ph":"X","name":"leaf","pid":1,"tid":1,"ts":20,"dur":50},'
+        '{"ph":"X","name":"inner","pid":1,"tid":1,"ts":10,"dur":70},'
         '{"ph":"X","name":"inner","pid":1,"tid":2,"ts":0,"dur":5},'
+        '{"ph":"X","name":"actor_update","cat":"user_annotation","pid":1,"tid":3,"ts":0,"dur":40},'
+        '{"ph":"X","name":"mm","cat":"cpu_op","pid":1,"tid":3,"ts":5,"dur":30},'
+        '{"ph":"X","name":"sgemm","cat":"kernel","pid":0,"tid":7,"ts":6,"dur":20},'
         '{"ph":"X","name":"PyTorch Profiler (0)","cat":"Trace","pid":1,"tid":3,"ts":0,"dur":999}]}'
     )
-    ops = {op.name: op for op in top_ops(trace)}
-    assert list(ops) == ["leaf", "outer", "inner"]
-    assert (ops["outer"].self_us, ops["inner"].self_us, ops["leaf"].self_us) == (30, 25, 50)
-    assert (ops["inner"].total_us, ops["inner"].count) == (75, 2)
+    figures = read_figures(trace)
+    ops = {name: tuple(v) for (_, name), v in figures.ops.items()}
+    assert ops["outer"] == (30, 100, 1) and ops["leaf"] == (50, 50, 1) and ops["inner"] == (25, 75, 2)
+    assert ("actor_update", "mm") in figures.ops  # the operator is filed under its outermost range
+    assert figures.ranges == {"actor_update": [40, 1]} and "actor_update" not in ops
+    assert figures.device == {"sgemm": [20, 1]} and figures.device_us == 20
+    assert figures.span_us == 100  # the whole-capture "Trace" span is left out
+
+
+def test_twenty_roles_get_twenty_distinct_colours() -> None:
+    roles = [f"role{i}" for i in range(20)] + ["rollout", "actor_compute_log_prob"]
+    palette = colours(roles)
+    assert len(set(list(palette.values())[:20])) == 20
+    assert colours(["rollout", "actor_compute_log_prob"]) == {"rollout": PALETTE[0],
+                                                              "actor_compute_log_prob": PALETTE[1]}
+
+
+def test_an_empty_capture_is_flagged(run_dir: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    victim = next((copy / "step000001" / "rollout").glob("rank0-*.gz"))
+    victim.write_bytes(gzip.compress(b'{"traceEvents": []}'))
+    out = tmp_path / "r.html"
+    assert main(["report", str(copy), "-o", str(out)]) == 1
+    text = out.read_text(encoding="utf-8")
+    assert "1 capture(s) hold no operator" in text and 'class="bar st-ok empty"' in text
 
 
 def _chromium() -> str | None:
@@ -50,7 +78,7 @@ def _chromium() -> str | None:
 
 
 @pytest.mark.skipif(_chromium() is None, reason="chromium is not installed (Debian package 'chromium')")
-def test_report_renders_in_headless_chromium(page: Path, tmp_path: Path) -> None:
+def test_report_renders_in_headless_chromium(page: Path, run_dir: Path, tmp_path: Path) -> None:
     browser = _chromium()
     assert browser is not None
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -65,9 +93,47 @@ def test_report_renders_in_headless_chromium(page: Path, tmp_path: Path) -> None
                          capture_output=True, text=True, timeout=120, check=True).stdout
     # The script ran: it counts the capture rows.
     assert 'data-ready="9"' in dom
-    bars = re.findall(r'class="bar st-(\w+)" data-capture="(\w+)"', dom)
+    bars = re.findall(r'class="bar st-(\w+)[^"]*" data-capture="(\w+)"', dom)
     assert len(bars) == 9 and sorted(s for s, _ in bars).count("skipped") == 1
     assert sorted(s for s, _ in bars).count("failed") == 1
-    assert re.search(r'<g class="panel" data-step="1">', dom) and re.search(r'data-step="2"', dom)
+    # A real time axis: ticks in ms from 0, and one band per step.
+    ticks = re.findall(r'<text [^>]*class="tick">([^<]+)</text>', dom)
+    assert ticks[0] == "0 µs" and any(t.endswith(" ms") for t in ticks) and len(ticks) >= 4
+    assert 'class="stepband" data-step="1"' in dom and 'class="stepband" data-step="2"' in dom
+    # One row per process, never one per bare rank number.
+    labels = re.findall(r'<text class="rowlabel"[^>]*>([^<]+)</text>', dom)
+    assert labels == ["rank 0", "rank 1"]
+    # Phase shares per step: every step's shares add up to the whole bar.
+    for step in ("1", "2"):
+        row = re.search(rf'<tr data-step="{step}">(.*?)</tr>', dom)
+        assert row is not None
+        widths = [float(w) for w in re.findall(r"width: ?([0-9.]+)%", row.group(1))]
+        assert len(widths) == 2 and abs(sum(widths) - 100) < 0.1
+    # Heat map: the cells marked are the stragglers the summary names (which depends on timing here;
+    # test_report_marks_the_straggler_of_a_known_run checks a run whose straggler is known).
+    stars = set(re.findall(r'class="cell straggler" data-process="([^"]+)" data-role="([^"]+)"', dom))
+    assert stars == {(p.straggler, p.role) for p in summarize(run_dir, run=None).stragglers()}
+    assert re.search(r'<div class="opsblock" data-role="rollout">.*aten::mm', dom)
     assert dom.count('<tr id="c-') == 9
-    assert "rank 0" in dom and "rank 1" in dom
+    assert "blocked: how long the training thread waited" in dom
+    # Role colours in the legend are all different.
+    legend = re.findall(r'<span data-role="([^"]+)"><i class="sw" style="background: ?(#[0-9a-f]+)', dom)
+    assert len(legend) == 3 and len({c for _, c in legend}) == 3
+
+
+def test_report_marks_the_straggler_of_a_known_run(tmp_path: Path) -> None:
+    from analysis.synth import Spec, write_run
+
+    write_run(tmp_path / "run", Spec(steps=(1, 2), ranks=4, slow={(2, "actor_update"): 1.6}))
+    out = tmp_path / "r.html"
+    assert main(["report", str(tmp_path / "run"), "-o", str(out)]) == 0
+    text = out.read_text(encoding="utf-8")
+    stars = re.findall(r'class="cell straggler" data-process="([^"]+)" data-role="([^"]+)"', text)
+    assert stars == [("actor rank 2", "actor_update")]
+    labels = re.findall(r'<text class=rowlabel[^>]*>([^<]+)</text>', text)
+    assert labels == [f"actor rank {r}" for r in range(4)]
+    # Shares of step 1: rollout 0.4, ref 0.1, actor_update 0.48 (rank 2's 0.3 x 1.6) of 0.98.
+    row = re.search(r'<tr data-step="1">(.*?)</tr>', text)
+    assert row is not None
+    widths = dict(re.findall(r'data-role="([^"]+)" style="width:([0-9.]+)%', row.group(1)))
+    assert abs(float(widths["actor_update"]) - 100 * 0.48 / 0.98) < 0.01

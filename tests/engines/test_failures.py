@@ -62,3 +62,19 @@ def test_stop_all_stops_what_is_open(tmp_path: Path) -> None:
         assert [r["status"] for r in engine_records(tmp_path)] == ["ok"]
     finally:
         server.close()
+
+
+def test_stop_all_at_exit_stops_a_start_that_answered_late(tmp_path: Path) -> None:
+    server = VLLMServer("0.33", str(tmp_path / "t"), start_delay=0.5)
+    try:
+        configure(tmp_path, engines={"start_timeout": 0.1})
+        adapter = VLLMHttpAdapter(server.url, version="0.33.0")
+        attach(adapter)
+        assert adapter.start_sync(Scope(1, ("rollout",))) is False
+        stop_all()  # what the exit hook runs
+        assert not adapter.settling
+        assert server.engine.stop_calls == 1 and not server.engine.session_active
+        [record] = engine_records(tmp_path)
+        assert record["status"] == "failed" and "profctx stopped the engine" in record["error"]
+    finally:
+        server.close()

@@ -25,6 +25,7 @@ def _vllm_double(version: str, sync: bool) -> Any:
     return table[chosen]
 
 
+@pytest.mark.vllm_real
 def test_vllm_signatures_match_the_double() -> None:
     vllm = pytest.importorskip("vllm")
     from vllm import LLM

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from profctx import ConfigError, Scope, profile_step
-from profctx.engines import SGLangEngineAdapter, SGLangHttpAdapter, SGLangTokenizerAdapter, attach
+from profctx.engines import SGLangEngineAdapter, SGLangHttpAdapter, SGLangTokenizerAdapter, attach, detach
 
 from .conftest import configure, engine_records
 from .doubles import sglang as sg
@@ -75,7 +75,7 @@ def test_auto_stop_then_stop_over_http(tmp_path: Path) -> None:
         with profile_step(1), profile_step(role="rollout"):
             server.scheduler.run_batch(3)
         [record] = engine_records(tmp_path)
-        assert record["status"] == "ok" and any("500" in n for n in record["notes"])
+        assert record["status"] == "ok" and any("stopped on its own" in n for n in record["notes"])
         body = json.loads(next(p for p in server.paths if p[1] == "/start_profile")[2])
         assert body["num_steps"] == 1 and isinstance(body["num_steps"], int)
     finally:
@@ -158,6 +158,9 @@ def test_engine_keywords_and_engine_without_arguments(tmp_path: Path, monkeypatc
     records = {r["replica"]: r for r in engine_records(tmp_path)}
     assert records[0]["status"] == records[1]["status"] == "ok"
     assert any("takes no options" in n for n in records[1]["notes"])
+    assert records[1]["folder"] is None and records[1]["files"] == []  # it chose its own folder
+    assert records[0]["files"] and all(f["path"].startswith("step000001/rollout/sglang-replica0/")
+                                       for f in records[0]["files"])
     assert old.scheduler.files and Path(old.scheduler.files[0]).parent == tmp_path / "default"
 
 
@@ -175,29 +178,65 @@ def test_bearer_token_and_missing_token(tmp_path: Path) -> None:
         server.close()
 
 
-def test_http_500_on_start_is_recorded_and_training_continues(tmp_path: Path) -> None:
+def test_a_second_deferred_start_overwrites_the_pending_one(tmp_path: Path) -> None:
     server = SGLangServer("0.5.23")
     try:
         server.scheduler.start(sg.ProfileReq(start_step=100, num_steps=1))  # someone else's deferred session
-        configure(tmp_path, engines={"absolute_start_step": 50})
+        configure(tmp_path, engines={"absolute_start_step": 2, "count": 1})
         attach(SGLangHttpAdapter(server.url))
-        ran = False
         with profile_step(1), profile_step(role="rollout"):
-            ran = True
-        assert ran
+            server.scheduler.run_batch(3)
         [record] = engine_records(tmp_path)
-        assert record["status"] == "failed" and "500" in record["error"]
+        assert record["status"] == "ok" and record["files"]
+        assert server.scheduler.pending_start is None
     finally:
         server.close()
 
 
+@pytest.mark.parametrize("kind", ["tm", "http"])
+def test_a_deferred_start_that_never_began_is_disarmed_and_recorded(tmp_path: Path, kind: str) -> None:
+    server = SGLangServer("0.5.23") if kind == "http" else None
+    manager = server.manager if server else sg.TokenizerManager_0_5_23()
+    try:
+        configure(tmp_path, steps=[1, 2], engines={"absolute_start_step": 50, "count": 2})
+        attach(SGLangHttpAdapter(server.url, version="0.5.23") if server else SGLangTokenizerAdapter(manager))
+        with profile_step(1), profile_step(role="rollout"):
+            manager.scheduler.run_batch(2)  # never reaches batch 50
+        [record] = engine_records(tmp_path)
+        assert record["status"] == "failed" and "had not begun" in record["error"] and "disarmed" in record["error"]
+        assert record["files"] == []
+        assert manager.scheduler.pending_start is None and not manager.scheduler.in_progress
+        manager.scheduler.run_batch(60)  # past the old start step: nothing starts on its own any more
+        assert not manager.scheduler.in_progress
+        configure(tmp_path, steps=[2], engines={"count": 1})
+        with profile_step(2), profile_step(role="rollout"):
+            manager.scheduler.run_batch(2)
+        assert [r["status"] for r in engine_records(tmp_path) if r["step"] == 2] == ["ok"]
+    finally:
+        if server:
+            server.close()
+
+
+def test_absolute_start_step_zero_means_now_and_gets_the_count_correction(tmp_path: Path) -> None:
+    manager = sg.TokenizerManager_0_5_12()
+    configure(tmp_path, engines={"absolute_start_step": 0, "count": 3})
+    attach(SGLangTokenizerAdapter(manager, version="0.5.12"))
+    with profile_step(1), profile_step(role="rollout"):
+        manager.scheduler.run_batch(6)
+    assert manager.requests[0].num_steps == 4 and manager.requests[0].start_step is None
+    assert _trace(manager.scheduler.files[0])["batches"] == 3
+
+
 def test_known_version_refuses_what_it_lacks(tmp_path: Path) -> None:
     configure(tmp_path, engines={"absolute_start_step": 3})
-    with pytest.raises(ConfigError, match=r"0\.5\.2"):
+    with pytest.raises(ConfigError, match=r"0\.4\.10"):
         attach(SGLangHttpAdapter("http://127.0.0.1:9", version="0.4.9"))
+    attach(SGLangHttpAdapter("http://127.0.0.1:9", version="0.4.10"))
+    detach()
     configure(tmp_path, engines={"merge_profiles": True})
-    with pytest.raises(ConfigError, match=r"0\.5\.5"):
-        attach(SGLangHttpAdapter("http://127.0.0.1:9", version="0.5.2"))
+    with pytest.raises(ConfigError, match=r"0\.5\.4"):
+        attach(SGLangHttpAdapter("http://127.0.0.1:9", version="0.5.3"))
+    attach(SGLangHttpAdapter("http://127.0.0.1:9", version="0.5.4"))
 
 
 def test_request_round_trips_for_remote_engines(tmp_path: Path) -> None:
@@ -208,3 +247,34 @@ def test_request_round_trips_for_remote_engines(tmp_path: Path) -> None:
                    "sglang", 3)
     assert EngineRequest.from_dict(json.loads(json.dumps(request.to_dict()))) == request
     assert request.folder == f"{tmp_path}/step000007/train/rollout/sglang-replica3"
+
+
+def test_the_server_version_is_asked_so_old_servers_get_the_count_correction(tmp_path: Path) -> None:
+    server = SGLangServer("0.5.12")
+    try:
+        configure(tmp_path, engines={"count": 3})
+        adapter = SGLangHttpAdapter(server.url)  # no version given
+        attach(adapter)
+        with profile_step(1), profile_step(role="rollout"):
+            server.scheduler.run_batch(6)
+        assert adapter.version == "0.5.12"
+        body = json.loads(next(p for p in server.paths if p[1] == "/start_profile")[2])
+        assert body["num_steps"] == 4 and "profile_id" not in body
+        assert _trace(server.scheduler.files[0])["batches"] == 3
+        [record] = engine_records(tmp_path)
+        assert record["version"] == "0.5.12" and record["files"]
+    finally:
+        server.close()
+
+
+def test_an_engine_that_runs_on_get_event_loop_starts_from_a_plain_with(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SGLANG_TORCH_PROFILER_DIR", str(tmp_path / "default"))
+    engine = sg.Engine_0_4_9()
+    configure(tmp_path)
+    attach(SGLangEngineAdapter(engine, version="0.4.9"))
+    with profile_step(1), profile_step(role="rollout"):
+        assert engine.scheduler.in_progress
+    [record] = engine_records(tmp_path)
+    assert record["status"] == "ok", record.get("error")
+    assert engine.scheduler.files

@@ -232,7 +232,7 @@ async def _enter() -> None:
 @pytest.mark.parametrize(
     ("version", "args", "env"),
     [("0.10.2", False, True), ("0.12.0", False, True), ("0.13.0", True, True), ("0.15.1", True, True),
-     ("0.16.0", True, False), ("0.33.0", True, False)],
+     ("0.16.0", True, False), ("0.32.0", True, False), ("0.33.0", True, False)],
 )
 def test_launch_settings_per_version(tmp_path: Path, version: str, args: bool, env: bool) -> None:
     config = profctx.ProfilerConfig(steps=[1], save_path=str(tmp_path), tool="noop",
@@ -247,11 +247,40 @@ def test_launch_settings_per_version(tmp_path: Path, version: str, args: bool, e
         assert parsed["profiler"] == "torch" and parsed["torch_profiler_dir"] == settings.trace_dir
         assert parsed["torch_profiler_with_stack"] is True and parsed["torch_profiler_record_shapes"] is False
         assert parsed == settings.profiler_config
-        assert ("torch_profiler_activities" in parsed) is (version == "0.33.0")
+        assert parsed.get("torch_profiler_activities") == (["CUDA"] if version >= "0.32" else None)
+        assert parsed["ignore_frontend"] is True  # never a second torch profiler in the AsyncLLM process
     if env:
         assert settings.env["VLLM_TORCH_PROFILER_DIR"] == settings.trace_dir
         assert settings.env["VLLM_TORCH_PROFILER_WITH_STACK"] == "1"
         assert settings.env["VLLM_TORCH_PROFILER_RECORD_SHAPES"] == "0"
+        assert ("VLLM_TORCH_PROFILER_DISABLE_ASYNC_LLM" in settings.env) is (version >= "0.12")
+
+
+def test_vllm_0100_reads_only_the_folder_variable(tmp_path: Path) -> None:
+    config = profctx.ProfilerConfig(steps=[1], save_path=str(tmp_path), tool="noop", engines={"contents": ["shapes"]})
+    settings = launch_settings(config, version="0.10.0")
+    assert set(settings.env) == {"VLLM_TORCH_PROFILER_DIR"}
+    assert any("reads only VLLM_TORCH_PROFILER_DIR" in n for n in settings.notes)
+    assert "VLLM_TORCH_PROFILER_RECORD_SHAPES" in launch_settings(config, version="0.10.1").env
+
+
+def test_a_start_that_times_out_is_stopped_when_it_answers(tmp_path: Path) -> None:
+    from profctx.engines._loop import run_sync
+
+    server = VLLMServer("0.33", str(tmp_path / "t"), start_delay=0.6)
+    try:
+        configure(tmp_path, engines={"start_timeout": 0.2})
+        adapter = VLLMHttpAdapter(server.url, version="0.33.0")
+        attach(adapter)
+        with profile_step(1), profile_step(role="rollout"):
+            pass
+        assert adapter.settling  # the start is still on its way to the engine
+        run_sync(lambda: adapter.settle(10))
+        [record] = engine_records(tmp_path)
+        assert record["status"] == "failed" and "profctx stopped the engine" in record["error"]
+        assert server.engine.stop_calls == 1 and not server.engine.session_active
+    finally:
+        server.close()
 
 
 def test_launch_settings_carry_iteration_bounds(tmp_path: Path) -> None:

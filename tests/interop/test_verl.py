@@ -41,6 +41,17 @@ def _profiling(shape: str, tool: str = "torch", discrete: bool = False, **more: 
     return cfg
 
 
+#: The verl version each fixture shape follows (stage names differ).
+VERSION = {"jan2026": "0.7", "aug2026": "0.8"}
+#: verl's stages per version and role, as its workers annotate them (checked against the wheel in
+#: test_verl_real.py): the actor's include the reference model's, which runs in the actor's worker.
+ACTOR_STAGES = {
+    "0.7": ("actor_update", "actor_compute_log_prob", "rollout_generate", "ref_compute_log_prob"),
+    "0.8": ("actor_compute_log_prob", "actor_update", "ref_compute_log_prob"),
+}
+CRITIC_STAGES = {"0.7": ("compute_values", "critic_update"), "0.8": ("train_batch",)}
+
+
 def _fields_of(conversion: Conversion) -> set[str]:
     return set(conversion.fields)
 
@@ -100,13 +111,14 @@ def test_every_field_of_the_fixture_is_accounted_for(shape: str) -> None:
 
 
 def test_continuous_actor_maps_to_step_mode(shape: str) -> None:
-    config = convert(_profiling(shape, global_profiler__profile_continuous_steps=True)).config
+    config = convert(_profiling(shape, global_profiler__profile_continuous_steps=True), VERSION[shape]).config
     assert config.enable and list(config.steps or ()) == [1, 2, 5]
     assert config.mode == "step" and config.contiguous is True
     assert config.tool == "torch" and config.contents == ("cpu", "cuda")  # verl torch: empty = CPU + CUDA
     assert config.ranks == (0,)  # verl: empty ranks -> rank 0
     assert config.save_path == "outputs/profile"
-    assert config.roles == ("actor_*", "rollout", "rollout_*")  # ref and critic stay off
+    # the critic stays off; the ref stage follows the actor (it runs in the actor's worker)
+    assert config.roles == (*ACTOR_STAGES[VERSION[shape]], "rollout")
     assert config.engines.roles == ()  # rollout inherits discrete=false: verl drives no engine
 
 
@@ -116,7 +128,7 @@ def test_discrete_actor_and_rollout_drive_engines(shape: str) -> None:
     assert config.mode == "role"
     assert config.engines.roles == ("rollout",)
     assert config.engines.replicas == (0,)
-    assert config.engines.contents == ("cpu", "cuda")
+    assert config.engines.contents == ()  # verl never restricts the engine's activities
 
 
 def test_rollout_without_discrete_is_reported(shape: str) -> None:
@@ -145,9 +157,9 @@ def test_mixed_discrete_roles_choose_role_mode_and_report(shape: str) -> None:
 
 def test_ranks_are_the_union_and_differences_are_reported(shape: str) -> None:
     cfg = _profiling(shape, **{f"{ACTOR}.ranks": [0, 1], f"{CRITIC}.enable": True, f"{CRITIC}.ranks": [2]})
-    conversion = convert(cfg)
+    conversion = convert(cfg, VERSION[shape])
     assert conversion.config.ranks == (0, 1, 2)
-    assert conversion.config.roles == ("actor_*", "critic_*", "compute_values", "rollout", "rollout_*")
+    assert conversion.config.roles == ()  # actor (with the fused ref), critic and rollout: every role
     for path in (f"{ACTOR}.ranks", f"{CRITIC}.ranks"):
         note = conversion.note(path)
         assert note is not None and "one rank selection" in note.reason
@@ -267,10 +279,10 @@ def test_january_sglang_window_and_switches() -> None:
         f"{ROLLOUT}.tool_config.torch.step_end": 13,
         f"{ROLLOUT}.tool_config.torch.contents": ["cuda", "profile-by-stage", "merge-profiles"],
     })
-    config = convert(cfg).config
+    config = convert(cfg, "0.7").config
     assert (config.engines.absolute_start_step, config.engines.count) == (3, 10)
     assert config.engines.by_stage and config.engines.merge_profiles
-    assert config.engines.contents == ("cpu", "cuda")
+    assert config.engines.contents == ()  # cuda: verl leaves the engine's activities alone
 
 
 def test_january_by_stage_without_window_is_refused() -> None:
@@ -325,8 +337,8 @@ def test_profiler_parts_alone() -> None:
         "actor": {"enable": True, "ranks": [1], "tool_config": {"torch": {"discrete": True}}},
         "ref": {"profiler": {"enable": False}},
     }
-    config = convert(parts).config
-    assert (config.mode, config.ranks, config.roles, config.save_path) == ("role", (1,), ("actor_*",), "/p")
+    config = convert(parts, "0.9.1").config
+    assert (config.mode, config.ranks, config.roles, config.save_path) == ("role", (1,), (), "/p")  # ref fused
 
 
 def test_global_profiler_alone_profiles_every_role_on_rank_0() -> None:
@@ -368,17 +380,18 @@ def test_from_verl_logs_the_notes_once(caplog: pytest.LogCaptureFixture) -> None
 
 
 def test_converted_discrete_config_captures_only_the_enabled_stages(tmp_path: Path) -> None:
-    """End to end with the real torch backend: the actor stage is captured, the ref stage is not."""
+    """End to end with the real torch backend: the actor's and the fused ref's stages are captured
+    (the ref runs in the actor's worker under actor.profiler), the disabled critic's is not."""
     cfg = _profiling("aug2026", discrete=True, **{"global_profiler.steps": [2], "global_profiler.save_path":
                                                    str(tmp_path)})
     profctx.configure(verl=cfg, warmup=False)
     for step in (1, 2, 3):
         with profctx.profile_step(step):
-            with profctx.profile_step(role="ref_compute_log_prob"):
-                pass
-            with profctx.profile_step(role="actor_update"):
-                pass
+            for stage in ("ref_compute_log_prob", "actor_update", "train_batch"):
+                with profctx.profile_step(role=stage):
+                    pass
     profctx.flush(30)
     records = [r for r in read(tmp_path) if r.get("kind") == "role"]
-    assert [(r["step"], r["role"], r["status"]) for r in records] == [(2, "actor_update", "ok")]
-    assert all(f["path"].endswith((".pt.trace.json", ".pt.trace.json.gz")) for f in records[0]["files"])
+    assert sorted((r["step"], r["role"], r["status"]) for r in records) == [
+        (2, "actor_update", "ok"), (2, "ref_compute_log_prob", "ok")]
+    assert all(f["path"].endswith((".pt.trace.json", ".pt.trace.json.gz")) for r in records for f in r["files"])

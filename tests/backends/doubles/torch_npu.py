@@ -16,6 +16,7 @@ import enum
 import functools
 import importlib.machinery
 import json
+import multiprocessing
 import os
 import socket
 import sys
@@ -286,6 +287,10 @@ class profile:  # noqa: N801 - torch_npu's name
 
 @no_exception_func
 def analyse(profiler_path: str, max_process_number: int = 1, export_type: str | list[str] | None = None) -> None:
+    # What the real analysis does to the process that calls it: refuse a daemon, switch to fork.
+    if multiprocessing.current_process().daemon:
+        raise AssertionError("daemonic processes are not allowed to have children")
+    multiprocessing.set_start_method("fork", force=True)
     if STATE.fail_analyse:
         raise RuntimeError(STATE.fail_analyse)
     root = Path(profiler_path)
@@ -369,4 +374,9 @@ def install(monkeypatch: pytest.MonkeyPatch, *, npu_available: bool = True) -> N
     for name, module in (("torch_npu", root), ("torch_npu.npu", npu_mod), ("torch_npu.profiler", profiler_mod),
                          ("torch_npu.profiler.profiler", inner)):
         monkeypatch.setitem(sys.modules, name, module)
+    # The analysis runs in a child process: let its `import torch_npu` find this double too.
+    here = Path(__file__).resolve()
+    paths = [str(here.parent / "npu_child"), str(here.parents[2]), str(here.parents[3]),
+             os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
     return state

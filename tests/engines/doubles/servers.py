@@ -147,6 +147,7 @@ class SGLangServer(_Server):
         self.manager: sg._TokenizerBase = (sg.TokenizerManager_0_5_23() if version == "0.5.23"
                                            else sg.TokenizerManager_0_5_12())
         self.api_key = api_key
+        self.version = version
         self.fields = set(sg.ProfileReq.__struct_fields__) - {"rid", "http_worker_ipc", "req_type"}
         if version != "0.5.23":
             self.fields -= {"profile_id", "detailed_annotations"}
@@ -157,6 +158,8 @@ class SGLangServer(_Server):
         return self.manager.scheduler
 
     def handle(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str, str]:
+        if path == "/get_server_info" and method == "GET":  # every SGLang answers it, with its version
+            return 200, "application/json", json.dumps({"version": self.version, "tp_size": 1})
         if path not in ("/start_profile", "/stop_profile"):
             return 404, "application/json", json.dumps({"detail": "Not Found"})
         if self.api_key and headers.get("authorization") != f"Bearer {self.api_key}":

@@ -79,9 +79,10 @@ class Scheduler:
     def start(self, req: ProfileReq) -> tuple[bool, str]:
         self.starts += 1
         deferred = bool(req.start_step) or bool(req.profile_by_stage)
+        if self.in_progress:
+            return False, ALREADY
         if deferred:
-            if self.in_progress or self.pending_start is not None:
-                return False, ALREADY
+            # A pending deferred start is overwritten, not refused (every release 0.4.10-0.5.23).
             self.req = req
             self.by_stage = bool(req.profile_by_stage)
             if self.by_stage:
@@ -91,9 +92,7 @@ class Scheduler:
             else:
                 self.pending_start = max(int(req.start_step), self.forward_ct + 1)
             return True, "Succeeded"
-        if self.in_progress:
-            self.violations.append("a second immediate start replaced the running profiler")
-        self.req = req
+        self.req = req  # an immediate start leaves a pending start step armed; only a stop clears it
         self._begin()
         if req.num_steps:
             extra = 1 if self.version >= (0, 5, 16) else 0
@@ -127,6 +126,7 @@ class Scheduler:
         if not self.in_progress:
             return False, NOT_IN_PROGRESS
         self._export()
+        self.pending_start = None
         return True, "Succeeded"
 
     def _export(self) -> None:
@@ -242,12 +242,21 @@ class Engine_0_4_9:  # noqa: N801
     def __init__(self) -> None:
         self.scheduler = Scheduler(self.version)
 
+    # As 0.4.9-0.5.3 do: the call runs on asyncio.get_event_loop(), which a thread without a loop lacks.
     def start_profile(self) -> None:
+        loop = asyncio.get_event_loop()
+        loop.run_until_complete(self._start())
+
+    def stop_profile(self) -> None:
+        loop = asyncio.get_event_loop()
+        loop.run_until_complete(self._stop())
+
+    async def _start(self) -> None:
         ok, message = self.scheduler.start(_tokenizer_defaults(ProfileReq()))
         if not ok:
             raise RuntimeError(message)
 
-    def stop_profile(self) -> None:
+    async def _stop(self) -> None:
         ok, message = self.scheduler.stop()
         if not ok:
             raise RuntimeError(message)

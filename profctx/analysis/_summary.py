@@ -1,0 +1,407 @@
+"""The summary of a run: per capture, per step, per role and per process, read from manifest and traces.
+
+Definitions (also in ``docs/analysis.md``):
+
+- A *process* is one worker process (host and pid, with its group and rank) or one engine
+  replica; never a bare rank number, which several processes may share.
+- The *time of a role in a step on a process* is the capture's duration in role mode, or
+  the total of the role's outermost ranges in a step-mode capture.
+- The *time of a role in a step* is the maximum over processes (ranks run a role together and
+  the slowest sets the pace); its *share* is that time over the sum of every role's time.
+- A *straggler* is the process whose time exceeds the median over processes by more than
+  the straggler ratio (default 1.2: 20 % slower than the median), with at least 2 processes.
+- An operator's *self time* excludes the operators nested in it; per role it is summed over
+  processes and steps.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from .._tracejson import is_trace_file
+from ..manifest import CaptureRecord, ManifestReader, latest_run
+from ._trace import TraceFigures, read_figures
+
+#: Name and version of the JSON document :meth:`Summary.to_json` returns.
+SCHEMA: Final = "profctx.summary"
+SCHEMA_VERSION: Final = 1
+#: Default straggler ratio: max over median beyond which a process is named.
+STRAGGLER_RATIO: Final = 1.2
+
+
+@dataclass
+class OpFigure:
+    """One operator's figures; times in seconds; ``share`` of the self time of its scope."""
+
+    name: str
+    self_s: float
+    total_s: float
+    count: int
+    share: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the JSON form."""
+        return {"name": self.name, "self_s": self.self_s, "total_s": self.total_s, "count": self.count,
+                "share": self.share}
+
+
+@dataclass
+class CaptureSummary:
+    """One capture: who, which steps and role, its times, ranges and top operators."""
+
+    record: CaptureRecord
+    wall_s: float | None
+    roles: dict[str, float]
+    ops: list[OpFigure]
+    device_s: float | None
+    device_ops: list[OpFigure]
+    files: list[str]
+    problems: list[str]
+    #: Operator self/total time (µs) and count per role: the capture's role, else the outermost range.
+    #: Emptied once :func:`summarize` has added it to the run's figures (:attr:`Summary.role_ops`).
+    role_table: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        """Whether the capture is ok but its traces hold no operator at all."""
+        return self.record.status == "ok" and not self.ops and not self.device_ops and bool(self.files)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the JSON form."""
+        r = self.record
+        return {
+            "capture": r.capture, "run": r.run, "status": r.status, "kind": r.kind, "steps": list(r.steps),
+            "role": r.role, "process": process_label(r), "host": r.host, "pid": r.pid, "rank": r.rank,
+            "group": r.group, "engine": r.engine, "replica": r.replica, "start_time": r.start_time,
+            "end_time": r.end_time, "wall_s": self.wall_s, "roles": self.roles, "device_s": self.device_s,
+            "ops": [o.to_json() for o in self.ops], "device_ops": [o.to_json() for o in self.device_ops],
+            "files": self.files, "empty": self.empty, "problems": self.problems,
+            "reason": r.reason, "error": r.error,
+        }
+
+
+@dataclass
+class RoleStep:
+    """One role in one step: time per process, the role's time (max), median and straggler."""
+
+    step: int
+    role: str
+    per_process: dict[str, float]
+    time_s: float
+    median_s: float
+    share: float = 0.0
+    straggler: str | None = None
+
+    @property
+    def ratio(self) -> float:
+        """Max over median (1.0 with one process)."""
+        return self.time_s / self.median_s if self.median_s > 0 else 1.0
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the JSON form."""
+        return {"step": self.step, "role": self.role, "time_s": self.time_s, "median_s": self.median_s,
+                "share": self.share, "ratio": self.ratio, "straggler": self.straggler,
+                "per_process": self.per_process}
+
+
+@dataclass
+class Summary:
+    """The summary of one run (or of some steps of it)."""
+
+    save_path: Path
+    run: str | None
+    steps: list[int]
+    roles: list[str]
+    processes: list[str]
+    captures: list[CaptureSummary]
+    phases: list[RoleStep]
+    step_wall: dict[int, float]
+    role_ops: dict[str, list[OpFigure]]
+    engines: list[CaptureSummary]
+    straggler_ratio: float
+    problems: list[str] = field(default_factory=list)
+
+    def phase(self, step: int, role: str) -> RoleStep | None:
+        """Return the figures of ``role`` in ``step``, or ``None``."""
+        for item in self.phases:
+            if item.step == step and item.role == role:
+                return item
+        return None
+
+    def stragglers(self) -> list[RoleStep]:
+        """Return the (step, role) figures that name a straggler, worst ratio first."""
+        return sorted((p for p in self.phases if p.straggler), key=lambda p: -p.ratio)
+
+    def trend(self, role: str) -> list[tuple[int, float]]:
+        """Return ``(step, time_s)`` of ``role`` for each step, in step order."""
+        return [(p.step, p.time_s) for p in sorted(self.phases, key=lambda p: p.step) if p.role == role]
+
+    def role_time(self, role: str) -> float:
+        """Return the mean over steps of the role's time (0 when absent)."""
+        values = [t for _, t in self.trend(role)]
+        return sum(values) / len(values) if values else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the versioned JSON document (schema ``profctx.summary`` version 1)."""
+        return {
+            "schema": SCHEMA,
+            "version": SCHEMA_VERSION,
+            "save_path": str(self.save_path),
+            "run": self.run,
+            "steps": self.steps,
+            "roles": self.roles,
+            "processes": self.processes,
+            "straggler_ratio": self.straggler_ratio,
+            "step_wall_s": {str(k): v for k, v in self.step_wall.items()},
+            "phases": [p.to_json() for p in self.phases],
+            "stragglers": [p.to_json() for p in self.stragglers()],
+            "trend": {role: [{"step": s, "time_s": t} for s, t in self.trend(role)] for role in self.roles},
+            "role_ops": {role: [o.to_json() for o in ops] for role, ops in self.role_ops.items()},
+            "captures": [c.to_json() for c in self.captures],
+            "engines": [c.to_json() for c in self.engines],
+            "problems": self.problems,
+        }
+
+
+def process_label(record: CaptureRecord) -> str:
+    """Return the row label of a capture's process: ``actor rank 0``, ``vllm replica 1``, ``driver``."""
+    if record.group == "driver":
+        return "driver"
+    return record.who
+
+
+def process_names(records: Iterable[CaptureRecord]) -> dict[tuple[str, ...], str]:
+    """Return a distinct row name per process of ``records`` (see :attr:`CaptureRecord.process`).
+
+    The name is the group and rank (``actor rank 0``), the engine replica or ``driver``. Where two
+    processes would share one (records without a group: a rollout actor and a trainer both
+    ``rank 0``), the roles the process ran are added (``rank 0 (rollout)``), then ``host:pid``;
+    with several runs, the run id.
+    """
+    base: dict[tuple[str, ...], str] = {}
+    roles: dict[tuple[str, ...], list[str]] = defaultdict(list)
+    runs: set[str] = set()
+    for record in records:
+        key = record.process
+        base.setdefault(key, process_label(record))
+        name = record.role_name
+        if name not in roles[key]:
+            roles[key].append(name)
+        runs.add(record.run or "")
+    names = dict(base)
+    for step in ("roles", "host"):
+        count: dict[str, int] = defaultdict(int)
+        for name in names.values():
+            count[name] += 1
+        for key, name in names.items():
+            if count[name] < 2 or key[0] != "process":
+                continue
+            if step == "roles":
+                names[key] = f"{name} ({'+'.join(roles[key])})"
+            else:
+                names[key] = f"{name} {key[1]}:{key[2]}"
+    if len(runs) > 1:
+        names = {key: f"{name} · {key[-1]}" for key, name in names.items()}
+    return names
+
+
+def summarize(
+    save_path: str | os.PathLike[str],
+    run: str | None = "latest",
+    *,
+    steps: Iterable[int] | None = None,
+    top: int = 15,
+    straggler_ratio: float = STRAGGLER_RATIO,
+    progress: Callable[[int, int], None] | None = None,
+) -> Summary:
+    """Return the summary of ``run`` under ``save_path`` (``"latest"``: the run that started last; ``None``: all).
+
+    ``steps`` keeps those steps only. Traces are streamed one at a time: memory stays near
+    the figures of one trace. ``progress(done, total)`` counts traces read. A trace that cannot be
+    read is listed in :attr:`Summary.problems` and its capture keeps the manifest's times.
+    """
+    root = Path(save_path)
+    chosen = latest_run(root) if run == "latest" else run
+    wanted = None if steps is None else set(steps)
+    records = [r for r in ManifestReader(root, chosen)
+               if wanted is None or wanted.intersection(r.steps)]
+    return summarize_records(root, records, run=chosen, steps=wanted, top=top, straggler_ratio=straggler_ratio,
+                             progress=progress)
+
+
+def summarize_records(
+    save_path: str | os.PathLike[str],
+    records: Iterable[CaptureRecord],
+    *,
+    run: str | None = None,
+    steps: Iterable[int] | None = None,
+    top: int = 15,
+    straggler_ratio: float = STRAGGLER_RATIO,
+    progress: Callable[[int, int], None] | None = None,
+) -> Summary:
+    """Return the summary of the captures ``records`` of ``save_path`` (already chosen by the caller).
+
+    As :func:`summarize`, which reads the records from the manifest.
+    """
+    root = Path(save_path)
+    chosen = run
+    wanted = None if steps is None else set(steps)
+    records = sorted(records, key=lambda r: r.begin)
+    listed = {f.path for r in records for f in r.files}
+    total = sum(1 for r in records if r.status == "ok")
+    captures: list[CaptureSummary] = []
+    engines: list[CaptureSummary] = []
+    problems: list[str] = []
+    role_ops: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0, 0]))
+    done = 0
+    for record in records:
+        files = [f.path for f in record.files if is_trace_file(f.path)]
+        if record.is_engine and not files and record.folder:
+            files = _engine_files(root, record.folder, listed)
+        summary = _capture(root, record, files if record.status == "ok" else [], top)
+        problems.extend(summary.problems)
+        if record.is_engine:
+            engines.append(summary)
+        else:
+            # Fold the capture's full operator table into the run's now: a real trace names
+            # hundreds of operators, and thousands of captures must not each keep theirs.
+            for role, table in summary.role_table.items():
+                for name, (s, t, c) in table.items():
+                    slot = role_ops[role][name]
+                    slot[0] += s
+                    slot[1] += t
+                    slot[2] += c
+            summary.role_table = {}
+            captures.append(summary)
+        if record.status == "ok":
+            done += 1
+            if progress:
+                progress(done, total)
+    return _assemble(root, chosen, captures, engines, problems, role_ops, top, straggler_ratio, wanted)
+
+
+def _row_order(record: CaptureRecord) -> tuple[int, str, int, float]:
+    if record.group == "driver":
+        return (0, "", 0, 0.0)
+    if record.is_engine:
+        return (2, record.engine or "", record.replica if record.replica is not None else -1, record.begin)
+    return (1, record.group or "", record.rank if record.rank is not None else -1, record.begin)
+
+
+def _engine_files(root: Path, folder: str, listed: set[str]) -> list[str]:
+    base = root / folder
+    if not base.is_dir():
+        return []
+    found = []
+    for path in sorted(base.rglob("*.json*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_file() and is_trace_file(rel) and rel not in listed and not path.name.startswith((".", "merged.")):
+            found.append(rel)
+    return found
+
+
+def _capture(root: Path, record: CaptureRecord, files: Sequence[str], top: int) -> CaptureSummary:
+    ops: dict[tuple[str | None, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+    device: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    ranges: dict[str, float] = defaultdict(float)
+    span = 0.0
+    device_us = 0.0
+    has_device = False
+    problems = []
+    for rel in files:
+        path = Path(rel) if os.path.isabs(rel) else root / rel
+        figures: TraceFigures = read_figures(path)
+        if figures.problem:
+            problems.append(figures.problem)
+        span = max(span, figures.span_us)
+        for key, (s, t, c) in figures.ops.items():
+            slot = ops[key]
+            slot[0] += s
+            slot[1] += t
+            slot[2] += c
+        for name, (t, c) in figures.device.items():
+            device[name][0] += t
+            device[name][1] += c
+        for name, (t, _c) in figures.ranges.items():
+            ranges[name] += t / 1e6
+        if figures.device:
+            has_device = True
+        device_us += figures.device_us
+    wall = record.duration_s if record.duration_s is not None else (span / 1e6 if span else None)
+    roles = {record.role: wall} if record.role and record.steps and wall is not None else dict(ranges)
+    by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+    role_table: dict[str, dict[str, list[float]]] = {}
+    for (inside, name), (s, t, c) in ops.items():
+        for slot in (by_name[name],
+                     role_table.setdefault(record.role or inside or "step", {}).setdefault(name, [0.0, 0.0, 0])):
+            slot[0] += s
+            slot[1] += t
+            slot[2] += c
+    return CaptureSummary(
+        record=record, wall_s=wall, roles=roles, ops=_top(by_name, top),
+        device_s=device_us / 1e6 if has_device else None,
+        device_ops=_top({k: [v[0], v[0], v[1]] for k, v in device.items()}, top),
+        files=list(files), problems=problems, role_table=role_table,
+    )
+
+
+def _top(table: dict[str, list[float]], limit: int) -> list[OpFigure]:
+    total = sum(max(v[0], 0.0) for v in table.values())
+    ranked = sorted(table.items(), key=lambda kv: -kv[1][0])[:limit]
+    return [OpFigure(name, max(s, 0.0) / 1e6, t / 1e6, int(c), (max(s, 0.0) / total) if total else 0.0)
+            for name, (s, t, c) in ranked]
+
+
+def _assemble(root: Path, run: str | None, captures: list[CaptureSummary], engines: list[CaptureSummary],
+              problems: list[str], role_ops: dict[str, dict[str, list[float]]], top: int, ratio: float,
+              wanted: set[int] | None) -> Summary:
+    per: dict[tuple[int, str], dict[str, float]] = defaultdict(dict)
+    spans: dict[int, list[float]] = {}
+    processes: list[str] = []
+    names = process_names(c.record for c in captures)
+    for item in sorted(captures, key=lambda c: _row_order(c.record)):
+        r = item.record
+        who = names[r.process]
+        if who not in processes:
+            processes.append(who)
+        if r.start_time and r.end_time:
+            for step in r.steps:
+                span = spans.setdefault(step, [r.start_time, r.end_time])
+                span[0], span[1] = min(span[0], r.start_time), max(span[1], r.end_time)
+        if len(r.steps) == 1 and r.status == "ok":
+            step = r.steps[0]
+            if wanted is None or step in wanted:
+                for role, seconds in item.roles.items():
+                    cell = per[(step, role)]
+                    cell[who] = cell.get(who, 0.0) + seconds
+    phases: list[RoleStep] = []
+    for (step, role), cells in sorted(per.items()):
+        values = list(cells.values())
+        worst = max(cells, key=lambda k: cells[k])
+        median = statistics.median(values)
+        phase = RoleStep(step, role, dict(cells), cells[worst], median)
+        if len(values) >= 2 and median > 0 and cells[worst] / median > ratio:
+            phase.straggler = worst
+        phases.append(phase)
+    by_step: dict[int, float] = defaultdict(float)
+    for p in phases:
+        by_step[p.step] += p.time_s
+    for p in phases:
+        p.share = p.time_s / by_step[p.step] if by_step[p.step] else 0.0
+    roles = list(dict.fromkeys(p.role for p in sorted(phases, key=lambda p: (p.step, -p.time_s))))
+    for role in role_ops:
+        if role not in roles:
+            roles.append(role)
+    steps = sorted({s for c in captures for s in c.record.steps if wanted is None or s in wanted})
+    return Summary(
+        save_path=root, run=run, steps=steps, roles=roles, processes=processes, captures=captures,
+        phases=phases, step_wall={s: b - a for s, (a, b) in sorted(spans.items()) if wanted is None or s in wanted},
+        role_ops={role: _top(dict(table), top) for role, table in role_ops.items()},
+        engines=engines, straggler_ratio=ratio, problems=problems,
+    )

@@ -1,0 +1,473 @@
+"""Read a run's manifest: one typed record per capture, streamed shard by shard.
+
+The writer (:mod:`profctx._manifest`) appends JSON lines to one shard per process under
+``{save_path}/.profctx/``: a ``started`` record, then a ``finished`` record of the same
+``capture`` id whose ``status`` is ``ok``, ``failed``, ``skipped`` or ``interrupted``. A capture
+with a ``started`` record and no ``finished`` one reads as ``open`` (still running, or its
+process died).
+
+The reader is lenient: a line that does not parse (a write cut by a crash, garbage) is
+listed in :attr:`ManifestReader.damaged` and skipped; a value of the wrong type reads as
+``None`` (or empty); unknown keys are kept in :attr:`CaptureRecord.extra`. Nothing a shard
+holds makes it raise; an unreadable shard is listed as damaged too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, final
+
+from ._layout import MANIFEST_DIR, safe
+
+try:  # orjson parses a manifest line about 4x faster; the stdlib parser is the fallback (core needs no extra).
+    import orjson as _orjson
+
+    _loads: Callable[[bytes], Any] = _orjson.loads
+    _DecodeError: tuple[type[Exception], ...] = (_orjson.JSONDecodeError, UnicodeDecodeError)
+except ImportError:  # pragma: no cover - exercised when the extra is absent
+    _loads = json.loads
+    _DecodeError = (json.JSONDecodeError, UnicodeDecodeError)
+
+#: Highest record version this reader understands; newer records are skipped.
+VERSION: Final = 1
+#: Statuses the writer emits. Other strings are kept as given.
+STATUSES: Final = ("ok", "failed", "skipped", "open", "interrupted")
+
+#: Keys the typed record holds as fields; every other key goes to ``extra``.
+_FIELDS: Final = frozenset({
+    "capture", "run", "status", "kind", "steps", "step", "last_step", "role", "rank", "world_size", "host",
+    "pid", "group", "seq", "backend", "engine", "version", "replica", "folder", "start_time", "end_time",
+    "duration_s", "blocked_s", "write_s", "files", "bytes", "ranges", "error", "reason", "notes", "shard",
+    "event", "time",
+})
+
+
+@dataclass(frozen=True)
+class TraceFile:
+    """One file a capture wrote: ``path`` relative to ``save_path`` (or absolute), size in bytes."""
+
+    path: str
+    bytes: int | None
+
+
+def _int(value: Any) -> int | None:
+    return value if type(value) is int else None
+
+
+def _float(value: Any) -> float | None:
+    kind = type(value)
+    if kind is float or kind is int:
+        return float(value)
+    return None
+
+
+def _str(value: Any) -> str | None:
+    if value is None or type(value) is str:
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+@final
+class CaptureRecord:
+    """One capture, its ``started`` and ``finished`` records merged (later keys win): a read-only, typed view.
+
+    Every attribute is typed and lenient: a value of the wrong type reads as ``None`` (or
+    empty). Times are Unix seconds. Keys this view does not type (``owner``, ``thread``, ``v``...)
+    are in :attr:`extra`; :meth:`as_dict` returns the record as read. A view over the parsed
+    dict rather than a dataclass: a frozen dataclass of 31 fields took 9 µs to build, this 0.3 µs,
+    and ``profctx ls`` builds one per capture (100,000 in a large run).
+    """
+
+    __slots__ = ("_raw",)
+    _raw: Mapping[str, Any]
+
+    def __init__(self, raw: Mapping[str, Any]) -> None:
+        object.__setattr__(self, "_raw", raw)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"CaptureRecord is read-only: cannot set {name!r}")
+
+    def __repr__(self) -> str:
+        return f"CaptureRecord({self.capture!r}, {self.status!r}, steps={self.steps}, role={self.role!r})"
+
+    @property
+    def capture(self) -> str:
+        """The capture id (``""`` when absent)."""
+        return _str(self._raw.get("capture")) or ""
+
+    @property
+    def status(self) -> str:
+        """``ok``, ``failed``, ``skipped``, ``interrupted``, ``open``, or another string as written."""
+        value = self._raw.get("status")
+        return value if type(value) is str else "open"
+
+    @property
+    def shard(self) -> str:
+        """The name of the shard file the record came from."""
+        return _str(self._raw.get("shard")) or ""
+
+    @property
+    def run(self) -> str | None:
+        """The run id."""
+        return _str(self._raw.get("run"))
+
+    @property
+    def kind(self) -> str | None:
+        """``step``, ``role`` or ``engine``."""
+        return _str(self._raw.get("kind"))
+
+    @property
+    def steps(self) -> tuple[int, ...]:
+        """The global steps the capture covers (from ``steps``, else ``step``); empty when none."""
+        steps = self._raw.get("steps")
+        if type(steps) is list:
+            if len(steps) == 1 and type(steps[0]) is int:
+                return (steps[0],)  # the common case, without a generator: ls builds 100,000 of these
+            return tuple(s for s in steps if type(s) is int)
+        step = self._raw.get("step")
+        return (step,) if type(step) is int else ()
+
+    @property
+    def role(self) -> str | None:
+        """The role path (``train/actor_update``); ``None`` for a whole-step capture."""
+        return _str(self._raw.get("role")) or None
+
+    @property
+    def rank(self) -> int | None:
+        """The rank (in its group, when it has one)."""
+        return _int(self._raw.get("rank"))
+
+    @property
+    def world_size(self) -> int | None:
+        """The world (or group) size."""
+        return _int(self._raw.get("world_size"))
+
+    @property
+    def host(self) -> str | None:
+        """The host name."""
+        return _str(self._raw.get("host"))
+
+    @property
+    def pid(self) -> int | None:
+        """The process id."""
+        return _int(self._raw.get("pid"))
+
+    @property
+    def group(self) -> str | None:
+        """The worker group name (``actor``, ``rollout``, ``driver``...), when recorded."""
+        return _str(self._raw.get("group")) or None
+
+    @property
+    def seq(self) -> int | None:
+        """The record's sequence number in its process, when recorded."""
+        return _int(self._raw.get("seq"))
+
+    @property
+    def backend(self) -> str | None:
+        """The device profiler (``torch``, ``npu``, ``nsys``...)."""
+        return _str(self._raw.get("backend"))
+
+    @property
+    def engine(self) -> str | None:
+        """The engine of an engine capture (``vllm``, ``sglang``)."""
+        return _str(self._raw.get("engine"))
+
+    @property
+    def version(self) -> str | None:
+        """The engine's version."""
+        return _str(self._raw.get("version"))
+
+    @property
+    def replica(self) -> int | None:
+        """The engine replica."""
+        return _int(self._raw.get("replica"))
+
+    @property
+    def folder(self) -> str | None:
+        """The capture's folder, relative to ``save_path``."""
+        return _str(self._raw.get("folder"))
+
+    @property
+    def start_time(self) -> float | None:
+        """When the capture started."""
+        return _float(self._raw.get("start_time"))
+
+    @property
+    def end_time(self) -> float | None:
+        """When it stopped."""
+        return _float(self._raw.get("end_time"))
+
+    @property
+    def time(self) -> float | None:
+        """When a skipped capture was refused."""
+        return _float(self._raw.get("time"))
+
+    @property
+    def duration_s(self) -> float | None:
+        """Seconds from start to stop."""
+        return _float(self._raw.get("duration_s"))
+
+    @property
+    def blocked_s(self) -> float | None:
+        """Seconds the training thread waited for the profiler to stop."""
+        return _float(self._raw.get("blocked_s"))
+
+    @property
+    def write_s(self) -> float | None:
+        """Seconds the background writer took to write the files."""
+        return _float(self._raw.get("write_s"))
+
+    @property
+    def files(self) -> tuple[TraceFile, ...]:
+        """The files written, paths relative to ``save_path`` (or absolute)."""
+        value = self._raw.get("files")
+        if type(value) is not list or not value:
+            return ()
+        out = []
+        for entry in value:
+            if type(entry) is dict and type(entry.get("path")) is str:
+                out.append(TraceFile(entry["path"], _int(entry.get("bytes"))))
+            elif type(entry) is str:
+                out.append(TraceFile(entry, None))
+        return tuple(out)
+
+    @property
+    def file_count(self) -> int:
+        """How many files the capture lists (as :attr:`files` would return, without building them)."""
+        value = self._raw.get("files")
+        if type(value) is not list:
+            return 0
+        return sum(1 for e in value if (type(e) is dict and type(e.get("path")) is str) or type(e) is str)
+
+    @property
+    def bytes(self) -> int | None:
+        """Total bytes written."""
+        return _int(self._raw.get("bytes"))
+
+    @property
+    def ranges(self) -> int | None:
+        """Named ranges opened inside the capture."""
+        return _int(self._raw.get("ranges"))
+
+    @property
+    def error(self) -> str | None:
+        """Why a capture failed."""
+        return _str(self._raw.get("error"))
+
+    @property
+    def reason(self) -> str | None:
+        """Why a capture was skipped."""
+        return _str(self._raw.get("reason"))
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """Notes the backend left."""
+        value = self._raw.get("notes")
+        if type(value) is list:
+            return tuple(str(n) for n in value) if value else ()
+        return (value,) if type(value) is str else ()
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        """The keys not typed above, as read."""
+        return {k: v for k, v in self._raw.items() if k not in _FIELDS}
+
+    @property
+    def step(self) -> int | None:
+        """The first step the capture covers."""
+        steps = self.steps
+        return steps[0] if steps else None
+
+    @property
+    def last_step(self) -> int | None:
+        """The last step the capture covers."""
+        steps = self.steps
+        return steps[-1] if steps else None
+
+    @property
+    def role_name(self) -> str:
+        """The last part of the role path (``actor_update`` of ``train/actor_update``), or ``step``."""
+        role = self.role
+        return role.rsplit("/", 1)[-1] if role else "step"
+
+    @property
+    def is_engine(self) -> bool:
+        """Whether an engine adapter (vLLM, SGLang...) recorded the capture."""
+        return self._raw.get("kind") == "engine"
+
+    @property
+    def begin(self) -> float:
+        """Best known start time: ``start_time``, else the record time, else ``end_time``, else 0."""
+        return self.start_time or self.time or self.end_time or 0.0
+
+    @property
+    def process(self) -> tuple[str, ...]:
+        """The key of the process the capture ran in: engine replica, or host, pid, group and rank; run last."""
+        if self.is_engine:
+            return ("engine", self.engine or "engine", str(self.replica), self.run or "")
+        return ("process", self.host or "?", str(self.pid), self.group or "", str(self.rank), self.run or "")
+
+    @property
+    def who(self) -> str:
+        """A short process label: ``vllm replica 1``, ``actor rank 0`` or ``rank 0``."""
+        if self.is_engine:
+            replica = self.replica
+            return f"{self.engine or 'engine'} replica {'?' if replica is None else replica}"
+        rank = self.rank
+        shown = "?" if rank is None else rank
+        group = self.group
+        return f"{group} rank {shown}" if group else f"rank {shown}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the record as read (the writer's keys and the ``shard`` it came from), a copy."""
+        return dict(self._raw)
+
+
+def to_record(merged: Mapping[str, Any]) -> CaptureRecord:
+    """Return the typed view of one merged capture dict."""
+    return CaptureRecord(merged)
+
+
+class ManifestReader:
+    """Iterate over the captures of ``save_path`` (of one ``run``, or of all when ``None``).
+
+    Iterating yields merged raw dicts with :meth:`merged` or typed records with ``iter()``;
+    shards are read one at a time, so memory holds one shard's text and its unfinished
+    captures. After iterating, :attr:`damaged` lists ``shard:line`` of every line skipped.
+    Records of a newer format version are skipped too, counted in :attr:`newer`.
+    """
+
+    def __init__(self, save_path: str | os.PathLike[str], run: str | None = None) -> None:
+        self.save_path = Path(save_path)
+        self.run = run
+        self.damaged: list[str] = []
+        self.newer = 0
+
+    def shards(self) -> list[Path]:
+        """Return the shard files, those of other runs left out by name when a run is given."""
+        folder = self.save_path / MANIFEST_DIR
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            return []
+        prefix = None if self.run is None else f"{safe(self.run)}."
+        return [folder / n for n in names
+                if n.endswith(".jsonl") and (prefix is None or n.startswith(prefix))]
+
+    def lines(self) -> Iterator[dict[str, Any]]:
+        """Yield every raw record of every shard, with its ``shard`` name added."""
+        for shard in self.shards():
+            yield from self._shard_lines(shard)
+
+    def _shard_lines(self, shard: Path) -> Iterator[dict[str, Any]]:
+        try:
+            data = shard.read_bytes()
+        except OSError as exc:
+            self.damaged.append(f"{shard.name}: unreadable ({exc})")
+            return
+        name = shard.name
+        run = self.run
+        for number, line in enumerate(data.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                record = _loads(line)
+            except _DecodeError:
+                self.damaged.append(f"{name}:{number}")
+                continue
+            if type(record) is not dict:
+                self.damaged.append(f"{name}:{number}")
+                continue
+            version = record.get("v", 0)
+            if type(version) is not int:
+                version = 0
+            if version > VERSION:
+                self.newer += 1
+                continue
+            if run is not None and record.get("run") != run:
+                continue
+            record["shard"] = name
+            yield record
+
+    def merged(self) -> Iterator[dict[str, Any]]:
+        """Yield one merged dict per capture: finished ones as their shard is read, open ones at the end."""
+        pending: dict[str, dict[str, Any]] = {}
+        finished: set[str] = set()
+        for shard in self.shards():
+            waiting: dict[str, dict[str, Any]] = {}
+            # A capture may be finished more than once (an engine's late answer rewrites its
+            # record): the shard's last word wins, so finished records are yielded at its end.
+            done: dict[str, dict[str, Any]] = {}
+            for record in self._shard_lines(shard):
+                key = record.get("capture")
+                key = key if type(key) is str else ""
+                event = record.pop("event", None)
+                if event == "started" and key:
+                    entry = waiting.get(key)
+                    if entry is None:
+                        waiting[key] = record
+                    else:
+                        entry.update(record)
+                    continue
+                entry = (waiting.pop(key, None) or done.pop(key, None) or pending.pop(key, None)) if key else None
+                if entry is not None:
+                    entry.update(record)
+                    record = entry
+                record.setdefault("status", "open")
+                if key:
+                    finished.add(key)
+                    done[key] = record
+                else:
+                    yield record
+            yield from done.values()
+            pending.update(waiting)
+        for key, record in pending.items():
+            if key not in finished:
+                record["status"] = "open"
+                yield record
+
+    def __iter__(self) -> Iterator[CaptureRecord]:
+        for merged in self.merged():
+            yield to_record(merged)
+
+
+def read(save_path: str | os.PathLike[str], run: str | None = None) -> list[CaptureRecord]:
+    """Return one typed record per capture of ``save_path`` (of ``run`` only, when given), by start time."""
+    records = list(ManifestReader(save_path, run))
+    records.sort(key=lambda r: (r.begin, -1 if r.rank is None else r.rank))
+    return records
+
+
+def runs(records: Iterator[CaptureRecord] | list[CaptureRecord]) -> list[str]:
+    """Return the run ids of ``records``, oldest first (by their earliest capture)."""
+    first: dict[str, float] = {}
+    for record in records:
+        if record.run is not None:
+            begin = record.begin
+            if record.run not in first or begin < first[record.run]:
+                first[record.run] = begin
+    return sorted(first, key=lambda r: (first[r], r))
+
+
+def latest_run(save_path: str | os.PathLike[str]) -> str | None:
+    """Return the id of the run under ``save_path`` that started last, or ``None`` when there is none.
+
+    Reads only the first readable line of each shard (a process's first record).
+    """
+    first: dict[str, float] = {}
+    reader = ManifestReader(save_path)
+    for shard in reader.shards():
+        for record in reader._shard_lines(shard):
+            run = record.get("run")
+            when = _float(record.get("start_time")) or _float(record.get("time")) or 0.0
+            if type(run) is str and (run not in first or when < first[run]):
+                first[run] = when
+            break
+    return max(first, key=lambda r: (first[r], r)) if first else None
+

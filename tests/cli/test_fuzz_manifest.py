@@ -1,0 +1,86 @@
+"""``ls``, ``report``, ``merge``, ``summary`` never print a traceback, whatever a manifest holds.
+
+Shards are built from real records of a real run, then cut at any byte, filled with garbage
+lines, and given values of the wrong type for any key; every command must end with exit code
+0, 1 or 2 and say what it found, never raise.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from profctx import manifest
+from profctx.cli import main
+
+_KEYS = ["capture", "run", "status", "kind", "steps", "step", "role", "rank", "world_size", "host", "pid", "group",
+         "seq", "backend", "engine", "version", "replica", "folder", "start_time", "end_time", "duration_s",
+         "blocked_s", "files", "bytes", "error", "reason", "notes", "v", "event"]
+_ODD = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),
+                 st.text(max_size=8), st.lists(st.one_of(st.integers(), st.text(max_size=3), st.none()), max_size=3),
+                 st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+                 st.just([{"path": 3}]), st.just([{"path": "../../etc/passwd", "bytes": "x"}]))
+_GARBAGE = st.one_of(st.binary(max_size=40), st.just(b"[1,2]"), st.just(b'"str"'), st.just(b"null"),
+                     st.just(b"\xff\xfe{"), st.just(b'{"v": 99, "capture": "future"}'))
+
+
+@pytest.fixture(scope="module")
+def lines(run_dir: Path) -> list[bytes]:
+    out: list[bytes] = []
+    for shard in sorted((run_dir / ".profctx").glob("*.jsonl")):
+        out.extend(shard.read_bytes().splitlines())
+    return out
+
+
+def _commands(folder: Path, out: Path) -> list[list[str]]:
+    return [["ls", str(folder)], ["ls", str(folder), "--json"], ["report", str(folder), "-o", str(out / "r.html")],
+            ["merge", str(folder), "--run", "all", "-o", str(out / "m.json")],
+            ["summary", str(folder), "--run", "all", "--json"]]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_no_manifest_content_makes_a_command_raise(data: st.DataObject, lines: list[bytes], run_dir: Path,
+                                                    tmp_path_factory: pytest.TempPathFactory,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path_factory.mktemp("fuzz")
+    for sub in run_dir.iterdir():
+        if sub.is_dir() and sub.name != ".profctx":
+            shutil.copytree(sub, folder / sub.name)
+    chosen = data.draw(st.lists(st.sampled_from(lines), min_size=1, max_size=12))
+    written: list[bytes] = []
+    for line in chosen:
+        try:
+            record: Any = json.loads(line)
+        except ValueError:
+            record = None
+        action = data.draw(st.sampled_from(["keep", "retype", "cut", "garbage"]))
+        if action == "retype" and isinstance(record, dict):
+            for key in data.draw(st.lists(st.sampled_from(_KEYS), min_size=1, max_size=4)):
+                record[key] = data.draw(_ODD)
+            written.append(json.dumps(record, default=str).encode())
+        elif action == "cut":
+            written.append(line[: data.draw(st.integers(0, max(len(line) - 1, 0)))])
+        elif action == "garbage":
+            written.append(data.draw(_GARBAGE))
+        else:
+            written.append(line)
+    (folder / ".profctx").mkdir()
+    (folder / ".profctx" / "fuzz.rank0-of-1.h.1.jsonl").write_bytes(b"\n".join(written))
+    for argv in _commands(folder, folder):
+        code = main(argv)
+        assert code in (0, 1, 2), argv
+    capsys.readouterr()
+    # The typed reader never lets a wrong type through.
+    for record in manifest.read(folder):
+        assert isinstance(record.capture, str) and isinstance(record.status, str)
+        assert all(isinstance(s, int) for s in record.steps)
+        assert record.rank is None or isinstance(record.rank, int)
+        assert record.start_time is None or isinstance(record.start_time, float)
+        assert all(isinstance(f.path, str) for f in record.files)

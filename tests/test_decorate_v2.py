@@ -1,0 +1,233 @@
+"""@profiled goes through the same path as profile_step: engines, foreign callables, methods, Scope.
+
+Engines are driven by a real :class:`profctx.engines.EngineAdapter` subclass whose engine
+calls append to a log, so the order "engine start, body, engine stop" is observed directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import operator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+import profctx
+from profctx import Scope, profiled
+from profctx.engines import EngineAdapter, detach
+from profctx.engines._base import EngineRequest, Outcome
+from profctx.testing import Captured, capture
+
+LOG: list[str] = []
+
+
+class LoggingEngine(EngineAdapter):
+    """An engine whose profiler start and stop append to :data:`LOG`."""
+
+    engine = "logging"
+
+    async def _start(self, request: EngineRequest) -> Outcome:
+        LOG.append(f"engine start {request.step} {'/'.join(request.roles)}")
+        return Outcome()
+
+    async def _stop(self, request: EngineRequest) -> Outcome:
+        LOG.append(f"engine stop {request.step} {'/'.join(request.roles)}")
+        return Outcome()
+
+
+@pytest.fixture(autouse=True)
+def _engine() -> Iterator[LoggingEngine]:
+    LOG.clear()
+    yield LoggingEngine()
+    detach()
+
+
+@profiled(role="rollout")
+def generate(n: int) -> Iterator[int]:
+    for i in range(n):
+        LOG.append(f"body {profctx.current().path}")
+        yield i
+
+
+@profiled(role="rollout")
+async def agenerate(n: int) -> AsyncIterator[int]:
+    for i in range(n):
+        await asyncio.sleep(0)
+        LOG.append(f"body {profctx.current().path}")
+        yield i
+
+
+def test_generator_starts_and_stops_attached_engines_like_a_role_block(_engine: LoggingEngine) -> None:
+    with capture(steps=[1]) as got:
+        profctx.attach(_engine)
+        with profctx.profile_step(1):
+            assert list(generate(2)) == [0, 1]
+        LOG.append("after step")
+        with profctx.profile_step(2):  # out of the window: no engine
+            assert list(generate(1)) == [0]
+    assert LOG == ["engine start 1 rollout", "body rollout", "body rollout", "engine stop 1 rollout",
+                   "after step", "body "]
+    assert [(c.kind, c.steps, c.role, c.ranges) for c in got] == [
+        ("engine", (1,), "rollout", []), ("step", (1,), None, ["rollout"])]
+
+
+def test_async_generator_starts_and_stops_attached_engines_like_a_role_block(_engine: LoggingEngine) -> None:
+    async def loop() -> list[int]:
+        with profctx.profile_step(1):
+            return [i async for i in agenerate(2)]
+
+    with capture(steps=[1]) as got:
+        profctx.attach(_engine)
+        assert asyncio.run(loop()) == [0, 1]
+    assert LOG == ["engine start 1 rollout", "body rollout", "body rollout", "engine stop 1 rollout"]
+    assert [(c.kind, c.steps, c.role, c.ranges) for c in got] == [
+        ("engine", (1,), "rollout", []), ("step", (1,), None, ["rollout"])]
+
+
+def test_generator_and_profile_step_drive_engines_identically(_engine: LoggingEngine) -> None:
+    def by_block() -> list[int]:
+        with profctx.profile_step(role="rollout"):
+            out = []
+            for i in range(2):
+                LOG.append(f"body {profctx.current().path}")
+                out.append(i)
+            return out
+
+    runs: list[tuple[list[str], list[tuple[Any, ...]]]] = []
+    for body in (by_block, lambda: list(generate(2))):
+        LOG.clear()
+        with capture(steps=[1], mode="role") as got:
+            profctx.attach(_engine)
+            with profctx.profile_step(1):
+                assert body() == [0, 1]
+        detach()
+        runs.append((list(LOG), sorted((c.kind or "", c.steps, c.role, c.status) for c in got)))
+    assert runs[0] == runs[1]
+    assert runs[0] == (["engine start 1 rollout", "body rollout", "body rollout", "engine stop 1 rollout"],
+                       [("engine", (1,), "rollout", "ok"), ("role", (1,), "rollout", "ok")])
+
+
+def test_an_abandoned_generator_still_stops_the_engine(_engine: LoggingEngine) -> None:
+    with capture(steps=[1]):
+        profctx.attach(_engine)
+        with profctx.profile_step(1):
+            gen = generate(5)
+            assert next(gen) == 0
+            gen.close()
+    assert LOG == ["engine start 1 rollout", "body rollout", "engine stop 1 rollout"]
+
+
+# -- callables that are not plain functions ------------------------------------------------------
+
+
+class Scaler:
+    def __init__(self, k: int) -> None:
+        self.k = k
+
+    def __call__(self, x: int) -> tuple[int, str]:
+        return x * self.k, profctx.current().path
+
+
+def roles_seen(got: list[Captured]) -> list[list[str]]:
+    return [c.ranges for c in got]
+
+
+FOREIGN: list[tuple[str, Any, tuple[Any, ...], Any]] = [
+    ("len", len, ([1, 2, 3],), 3),
+    ("partial", functools.partial(int, base=2), ("101",), 5),
+    ("itemgetter", operator.itemgetter(1), (("a", "b"),), "b"),
+    ("instance", Scaler(3), (2,), (6, "")),
+]
+
+
+@pytest.mark.parametrize(("label", "target", "args", "result"), FOREIGN, ids=[f[0] for f in FOREIGN])
+def test_foreign_callables_work_idle_and_open_their_role_in_a_step(
+    label: str, target: Any, args: tuple[Any, ...], result: Any
+) -> None:
+    wrapped = profiled(role=label)(target)
+    assert wrapped(*args) == result  # idle: straight through
+    with capture(steps=[1], mode="role") as got:
+        with profctx.profile_step(1):
+            inside = wrapped(*args)
+        with profctx.profile_step(2):
+            assert wrapped(*args) == result  # out of the window: no capture
+    if label == "instance":
+        assert inside == (6, "instance")  # the role is ambient while the instance runs
+    else:
+        assert inside == result
+    assert [(c.steps, c.role, c.status) for c in got] == [((1,), label, "ok")]
+
+
+def test_default_role_of_foreign_callables_is_a_readable_name() -> None:
+    with capture(steps=[1], mode="role") as got, profctx.profile_step(1):
+        profiled(len)([1])
+        profiled(functools.partial(int, base=2))("1")
+        profiled(Scaler(1))(1)
+    assert [c.role for c in got] == ["len", "int", "Scaler"]
+
+
+def test_non_callables_are_refused_at_decoration() -> None:
+    for bad in (3, None, 1.5, [len]):
+        with pytest.raises(TypeError, match="not callable"):
+            profiled(role="x")(bad)
+
+
+# -- methods --------------------------------------------------------------------------------------
+
+
+class Trainer:
+    def __init__(self) -> None:
+        self.updates = 0
+
+    @profiled(role="actor_update")
+    def update(self, batch: list[int]) -> tuple[int, str]:
+        self.updates += 1
+        return sum(batch), profctx.current().path
+
+
+def test_method_called_normally_while_idle_returns_its_value_unprofiled() -> None:
+    trainer = Trainer()
+    with capture(steps=[5]) as got:
+        assert trainer.update([1, 2]) == (3, "")  # profctx configured but no step is running
+        with profctx.profile_step(4):
+            assert trainer.update([1]) == (1, "")  # a step outside the window: still idle
+    assert trainer.updates == 2
+    assert got == []
+
+
+def test_method_called_normally_inside_an_in_window_step_is_profiled() -> None:
+    trainer = Trainer()
+    with capture(steps=[5], mode="role") as got, profctx.profile_step(5):
+        assert trainer.update([1, 2]) == (3, "actor_update")
+    with capture(steps=[5], mode="step") as in_step, profctx.profile_step(5):
+        assert trainer.update([4]) == (4, "actor_update")
+    assert trainer.updates == 2
+    assert [(c.steps, c.role, c.status) for c in got] == [((5,), "actor_update", "ok")]
+    assert [(c.steps, c.ranges) for c in in_step] == [((5,), ["actor_update"])]
+
+
+# -- Scope -----------------------------------------------------------------------------------------
+
+
+def test_scope_is_frozen() -> None:
+    scope = Scope(3, ("train",), {"run": "a"})
+    for name, value in (("step", 4), ("roles", ()), ("tags", {}), ("new", 1)):
+        with pytest.raises(AttributeError, match="immutable"):
+            setattr(scope, name, value)
+    with pytest.raises(AttributeError, match="immutable"):
+        del scope.step
+    with pytest.raises(TypeError):
+        scope.tags["run"] = "b"  # type: ignore[index]
+    assert (scope.step, scope.roles, dict(scope.tags)) == (3, ("train",), {"run": "a"})
+
+
+def test_scope_with_list_tags_is_hashable_and_equal_scopes_hash_alike() -> None:
+    a = Scope(1, ("rollout",), {"batch": [1, 2], "meta": {"k": [3]}})
+    b = Scope(1, ("rollout",), {"meta": {"k": [3]}, "batch": [1, 2]})
+    assert a == b and hash(a) == hash(b)
+    assert len({a, b, Scope(1, ("rollout",), {"batch": [1, 3]})}) == 2
+    with profctx.profile_step(1, batch=[1, 2]):
+        assert isinstance(hash(profctx.current()), int)
+        assert {profctx.current(): "ok"}[profctx.current()] == "ok"
