@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 from . import _lifecycle, _log
@@ -70,6 +71,9 @@ def reset() -> None:
     """
     _shutdown()
     OWNER.end()
+    engines = sys.modules.get("profctx.engines._attach")  # imported only once engines are used
+    if engines is not None:
+        engines.end()
     _lifecycle.uninstall()
     _log.reset()
 

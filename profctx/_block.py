@@ -118,6 +118,7 @@ class Session:
 
     async def aexit_engines(self) -> None:
         """Stop the hooks :meth:`aenter_engines` started, concurrently."""
+        import asyncio
         if self.opened is None or not self.opened.hooks or self.runtime is None:
             return
         import asyncio

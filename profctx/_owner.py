@@ -3,8 +3,11 @@
 Everything profctx keeps for a process lives in the single :data:`OWNER`: the configuration,
 the runtime of that configuration (identity, backend, the native-capture token, manifest
 writer, writer thread, listeners), the role hooks engines attach, the gate ``@profiled``
-reads and the configuration carried in from another process. Nothing else in the package
-holds state that outlives a call, except the ambient scope (a ``ContextVar``, per task).
+reads, the configuration carried in from another process and the one carried out. Outside it,
+only context variables (the ambient scope and capture, per task) and process-wide helpers with
+their own reset outlive a call: the log-once keys (``_log.reset``), the exit hooks
+(``_lifecycle.uninstall``) and the engines' private loop (``engines._attach.end``).
+``tests/test_structure.py`` checks that ``reset()`` leaves every module as it found it.
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ class Owner:
     a capture starts or ends, or engines are attached.
     """
 
-    __slots__ = ("_lock", "carried", "config", "env_read", "gate", "hooks", "runtime", "switches", "worker")
+    __slots__ = ("_lock", "carried", "carry_cache", "config", "env_read", "gate", "hooks", "runtime", "switches",
+                 "worker")
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -63,6 +67,8 @@ class Owner:
         self.runtime: Runtime | None = None
         #: The configuration adopted from a carried snapshot: (carried dict, rank, world size, config).
         self.carried: tuple[Any, int | None, int | None, ProfilerConfig | None] | None = None
+        #: The config as outgoing calls carry it: (config, run id, its dict), built once per config.
+        self.carry_cache: tuple[ProfilerConfig, str | None, dict[str, Any]] | None = None
         #: Role hooks (attached engines).
         self.hooks: list[RoleHook] = []
         #: One entry per block of this process inside an in-window step.
@@ -157,6 +163,7 @@ class Owner:
             self.config = None
             self.runtime = None
             self.carried = None
+            self.carry_cache = None
             self.env_read = False
             self.gate.clear()
             self.refresh()

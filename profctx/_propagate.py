@@ -26,7 +26,7 @@ from . import _api
 from ._block import profile_step
 from ._config import ProfilerConfig
 from ._errors import ConfigError
-from ._log import logger, warn_once
+from ._log import first, logger, warn_once
 from ._owner import OWNER
 from ._scope import SCOPE, Scope
 
@@ -67,22 +67,20 @@ def snapshot(*, rank: int | None = None, world_size: int | None = None, config: 
     }
 
 
-_config_cache: list[tuple[ProfilerConfig, str | None, dict[str, Any]]] = []
-
-
 def _config_dict(config: ProfilerConfig) -> dict[str, Any]:
     # Cached for the current config object (frozen, sent with every carried call). The
     # receiver's rank and world size are its own, never the sender's.
     runtime = OWNER.runtime
     run_id = runtime.run_id if runtime is not None and runtime.config is config else config.run_id
-    if _config_cache and _config_cache[0][0] is config and _config_cache[0][1] == run_id:
-        return _config_cache[0][2]
+    cached = OWNER.carry_cache
+    if cached is not None and cached[0] is config and cached[1] == run_id:
+        return cached[2]
     data = config.to_dict()
     data["rank"] = None
     data["world_size"] = None
     data["run_id"] = run_id
     data["steps"] = _compact_steps(data["steps"])
-    _config_cache[:] = [(config, run_id, data)]
+    OWNER.carry_cache = (config, run_id, data)
     return data
 
 
@@ -120,13 +118,9 @@ def _check(data: object) -> dict[str, Any] | None:
     return dict(data)
 
 
-_refused: set[str] = set()
-
-
 def _refuse(message: str) -> None:
-    if message in _refused:
+    if not first(f"refused-snapshot:{message}"):
         return
-    _refused.add(message)
     logger.error("profctx: cannot adopt the carried scope: %s; this call runs unprofiled", message)
 
 

@@ -12,6 +12,7 @@ from .._log import logger
 from .._owner import OWNER
 from .._runtime import Runtime
 from .._scope import Scope
+from . import _loop
 from ._base import EngineAdapter
 from ._loop import run_sync
 
@@ -72,8 +73,8 @@ class EngineHook:
         stop_all()
 
     def reset(self) -> None:
-        """Detach every adapter (called by ``profctx.reset()``)."""
-        detach()
+        """Detach every adapter and end the engines' process state (called by ``profctx.reset()``)."""
+        end()
 
 
 async def _stop_all(adapters: Sequence[EngineAdapter]) -> None:
@@ -121,6 +122,20 @@ def detach(*adapters: EngineAdapter) -> None:
             _hook.adapters.clear()
         if not _hook.adapters:
             OWNER.remove_hook(_hook)
+
+
+def end() -> None:
+    """Detach every adapter, remove the exit hook and end the private engine loop.
+
+    ``profctx.reset()`` calls it whenever engines were imported, attached now or not: an
+    adapter detached earlier still left the loop thread running.
+    """
+    global _atexit_installed
+    detach()
+    if _atexit_installed:
+        atexit.unregister(_stop_open_at_exit)
+        _atexit_installed = False
+    _loop.stop()
 
 
 def attached() -> tuple[EngineAdapter, ...]:

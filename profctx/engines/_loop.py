@@ -30,6 +30,25 @@ def _ensure() -> asyncio.AbstractEventLoop:
         return _loop
 
 
+def stop(timeout: float = 5.0) -> None:
+    """End the private loop and its thread (``profctx.reset()``); the next engine call starts a fresh one.
+
+    From the loop's own thread the loop is only asked to stop (it cannot wait for itself).
+    """
+    global _loop, _thread
+    with _lock:
+        loop, thread = _loop, _thread
+        _loop = _thread = None
+    if loop is None:
+        return
+    loop.call_soon_threadsafe(loop.stop)
+    if thread is None or thread is threading.current_thread():
+        return
+    thread.join(timeout)
+    if not thread.is_alive():
+        loop.close()
+
+
 def in_private_loop() -> bool:
     """Return whether the caller runs on the private loop's thread."""
     return _thread is not None and threading.current_thread() is _thread
