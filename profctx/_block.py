@@ -119,10 +119,9 @@ class Session:
     async def aexit_engines(self) -> None:
         """Stop the hooks :meth:`aenter_engines` started, concurrently."""
         import asyncio
+
         if self.opened is None or not self.opened.hooks or self.runtime is None:
             return
-        import asyncio
-
         rt = self.runtime
         hooks, self.opened.hooks = self.opened.hooks, []
         results = await asyncio.gather(*(h.aexit(rt, handle) for h, handle in hooks), return_exceptions=True)
