@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import profctx
-from profctx import _manifest, _merge, profile_step
+from profctx import _merge, manifest, profile_step
 from profctx.engines import VLLMAdapter, attach, launch_settings
 from profctx.engines._loop import run_sync
 
@@ -69,8 +69,8 @@ def test_step_and_role_captures_list_exactly_their_files(llm: Any, trace_dir: Pa
     with gzip.open(traces[0], "rt") as fh:
         assert json.load(fh)["traceEvents"]
     # merge reads exactly step 1's files: not step 2's, not the foreign session's.
-    inputs, _ = _merge.plan(tmp_path, _manifest.read(tmp_path), 1)
-    engine_inputs = [i.path for i in inputs if i.record.get("kind") == "engine"]
+    inputs, _ = _merge.plan(tmp_path, manifest.read(tmp_path), {1})
+    engine_inputs = [i.path for i in inputs if i.record.is_engine]
     assert engine_inputs == [p for p in _paths(tmp_path, records[0]) if p.name.endswith(".json.gz")]
 
 
