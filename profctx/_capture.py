@@ -53,7 +53,6 @@ class Capture:
         "start_mono",
         "start_wall",
         "status",
-        "stop_requested",
         "thread",
     )
 
@@ -70,7 +69,6 @@ class Capture:
         self.start_mono = 0.0
         self.spec: CaptureSpec | None = None
         self.ranges = 0
-        self.stop_requested = False
         #: Thread id -> that thread's open ranges, innermost last.
         self.stacks: dict[int, list[Range]] = {}
 
@@ -224,7 +222,6 @@ class Capture:
             if self.status != "live":
                 return
             if threading.get_ident() != self.thread:
-                self.stop_requested = True
                 rt.defer_stop(self)
                 return
             self.status = "stopping"

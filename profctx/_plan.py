@@ -137,7 +137,6 @@ class Actions:
     contiguous capture ends with this block).
     """
 
-    active: bool = False
     close_run: bool = False
     open: CaptureKey | None = None
     keep_run: bool = False
@@ -205,7 +204,6 @@ def decide(policy: Policy, event: Enter) -> Actions:
             marker = roles[-1]
         engines = role_matches(policy.engine_roles, roles)
     return Actions(
-        active=True,
         close_run=close_run,
         open=opened,
         keep_run=keep_run,
