@@ -112,6 +112,12 @@ def detach(*adapters: EngineAdapter) -> None:
 
 
 def _shutdown() -> None:
+    held, OWNER.held = OWNER.held, None
+    if held is not None:  # a worker's held step: closed here, or abandoned by the runtime if on another thread
+        try:
+            held.release(in_flight=True)
+        except Exception as exc:  # noqa: BLE001 - shutting down must go on
+            _log.warn_once("release-held", "profctx: could not end the held step: %s", exc)
     runtime, OWNER.runtime = OWNER.runtime, None
     if runtime is not None:
         runtime.shutdown(_lifecycle.EXIT_TIMEOUT)

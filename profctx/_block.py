@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import weakref
 from contextvars import ContextVar, Token
 from types import TracebackType
@@ -11,7 +12,7 @@ from ._api import configure_from_environment
 from ._capture import Capture
 from ._owner import OWNER
 from ._runtime import Opened, Runtime
-from ._scope import SCOPE, Scope
+from ._scope import ROOT, SCOPE, Scope, ambient
 
 #: The capture blocks of this task record into (their own, a joined run, or one refused).
 CONTEXT: ContextVar[Capture | None] = ContextVar("profctx.capture", default=None)
@@ -27,10 +28,17 @@ class Session:
     open and stop before they close.
     """
 
-    __slots__ = ("__weakref__", "_guard", "opened", "runtime", "scope", "sets_role", "sets_step")
+    __slots__ = ("__weakref__", "_guard", "context", "opened", "runtime", "scope", "sets_role", "sets_step")
 
     def __init__(self, parent: Scope, step: int | None, role: str | None, tags: dict[str, Any]) -> None:
         check(step, role)
+        #: The capture enclosing blocks record into: the task's, else the held step's.
+        self.context: Capture | None = CONTEXT.get()
+        held = OWNER.held
+        if held is not None and parent.step is None and step is None:
+            parent = ambient(parent)
+            if self.context is None:
+                self.context = held.target
         self.scope = parent.child(step, role, tags)
         self.sets_step = step is not None
         self.sets_role = role is not None
@@ -49,7 +57,7 @@ class Session:
         """
         rt = self.runtime
         if rt is not None:
-            opened = self.opened = rt.open(self.scope, self.sets_step, self.sets_role, CONTEXT.get())
+            opened = self.opened = rt.open(self.scope, self.sets_step, self.sets_role, self.context)
             if opened is not None and (opened.owned is not None or opened.closes_run):
                 self._guard = weakref.finalize(self, rt.orphaned, opened)
 
@@ -71,15 +79,22 @@ class Session:
             SCOPE.reset(scope_token)
 
     def wants_engines(self) -> bool:
-        """Whether attached engines start for this block."""
+        """Whether hooks start for this block: attached engines for a role, the driver's workers for a step."""
         opened = self.opened
-        return opened is not None and opened.actions.engines and bool(OWNER.hooks)
+        return opened is not None and ((opened.actions.engines and bool(OWNER.hooks))
+                                       or (opened.actions.workers and bool(OWNER.step_hooks)))
+
+    def _hooks(self) -> list[Any]:
+        actions = self.opened.actions if self.opened is not None else None
+        if actions is None:
+            return []
+        return [*(OWNER.step_hooks if actions.workers else ()), *(OWNER.hooks if actions.engines else ())]
 
     def enter_engines(self) -> None:
         """Start every attached role hook (blocking)."""
         assert self.opened is not None and self.runtime is not None
         rt = self.runtime
-        for hook in list(OWNER.hooks):
+        for hook in self._hooks():
             try:
                 handle = hook.enter(rt, self.scope)
             except Exception as exc:  # noqa: BLE001
@@ -94,7 +109,7 @@ class Session:
 
         assert self.opened is not None and self.runtime is not None
         rt = self.runtime
-        hooks = list(OWNER.hooks)
+        hooks = self._hooks()
         results = await asyncio.gather(*(h.aenter(rt, self.scope) for h in hooks), return_exceptions=True)
         for hook, result in zip(hooks, results, strict=True):
             if isinstance(result, BaseException):
@@ -137,6 +152,16 @@ class Session:
         self.opened = None
         if self._guard is not None:  # last: until here, a dropped block is still ended by its guard
             self._guard.detach()
+
+    def start_held(self) -> None:
+        """Open and start hooks without making the scope ambient (a held step: see :func:`hold`)."""
+        try:
+            self.open()
+            if self.wants_engines():
+                self.enter_engines()
+        except BaseException:
+            self.finish(None, in_flight=True)
+            raise
 
     # -- the whole life, for the with-statement and the decorators -------------------------------
 
@@ -187,6 +212,48 @@ class Session:
                 await self.aexit_engines()
             finally:
                 self.close(in_flight)
+
+
+@final
+class Held:
+    """A step held open for the whole process, not by one task's block (``hold``).
+
+    While held, blocks with no step of their own, on any thread or task of the process, are
+    inside this step (``_scope.ambient``) and record into its capture. Released on the thread
+    that held it, because the native profiler stops on the thread that started it.
+    """
+
+    __slots__ = ("scope", "session", "target", "thread")
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.scope = session.scope
+        opened = session.opened
+        self.target = opened.target if opened is not None else None
+        self.thread = threading.get_ident()
+
+    def release(self, in_flight: bool = False) -> None:
+        """End the step: stop its hooks and close what it opened (call on the holding thread)."""
+        if OWNER.held is self:
+            OWNER.held = None
+        self.session.finish(None, in_flight=in_flight)
+
+
+def hold(step: int, tags: dict[str, Any] | None = None) -> Held:
+    """Enter ``step`` for the whole process (a Ray worker told by its driver); return it for :meth:`Held.release`.
+
+    A step already held is released first. The plan decides what opens, as for a
+    ``profile_step(step)`` block: a capture in step mode, nothing but the gate in role mode.
+    """
+    previous = OWNER.held
+    if previous is not None:
+        previous.release(in_flight=True)
+    session = Session(ROOT, step, None, dict(tags or {}))
+    session.context = None  # a held step nests in nothing, whatever the calling task holds
+    session.start_held()
+    held = Held(session)
+    OWNER.held = held
+    return held
 
 
 def check(step: int | None, role: str | None) -> None:

@@ -94,6 +94,22 @@ class EngineConfig:
 
 @final
 @dataclass(frozen=True)
+class GroupConfig:
+    """What one worker group (``profctx.ray.group``) profiles: its ranks and, optionally, its contents.
+
+    ``contents`` empty: the config's own ``contents``.
+    """
+
+    ranks: tuple[int, ...] | Literal["all"] = (0,)
+    contents: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        _set(self, "ranks", _rank_list("groups.ranks", self.ranks))
+        _set(self, "contents", _choices("groups.contents", self.contents, CONTENTS))
+
+
+@final
+@dataclass(frozen=True)
 class ProfilerConfig:
     """Everything profctx needs to decide what to capture and where to file it.
 
@@ -110,6 +126,9 @@ class ProfilerConfig:
     ranks: tuple[int, ...] | Literal["all"] = (0,)
     rank: int | None = None
     world_size: int | None = None
+    group: str | None = None
+    groups: Mapping[str, GroupConfig] = field(default_factory=dict)
+    profile_driver: bool = True
     save_path: str = "./profiles"
     tool: str = "torch"
     contents: tuple[str, ...] = ()
@@ -131,6 +150,7 @@ class ProfilerConfig:
         if self.contiguous and self.mode != "step":
             raise ConfigError("contiguous", True, "contiguous captures need mode='step'")
         _set(self, "roles", _names("roles", self.roles))
+        _set_groups(self)
         _set(self, "ranks", _rank_list("ranks", self.ranks))
         for name in ("rank", "world_size"):
             value = getattr(self, name)
@@ -148,6 +168,7 @@ class ProfilerConfig:
         if not isinstance(self.tool, str) or self.tool not in known():
             raise ConfigError("tool", self.tool, one_of(known()))
         _set(self, "contents", _choices("contents", self.contents, CONTENTS))
+        _set(self, "profile_driver", _flag("profile_driver", self.profile_driver))
         _set(self, "compress", _flag("compress", self.compress))
         if not isinstance(self.on_error, str) or self.on_error not in ON_ERROR:
             raise ConfigError("on_error", self.on_error, one_of(ON_ERROR))
@@ -168,6 +189,25 @@ class ProfilerConfig:
                 "profiling is enabled, so give the steps to profile (e.g. '3:6' or [1, 2]); or enable=False",
             )
 
+    def selects(self, group: str | None, rank: int) -> bool:
+        """Return whether the process of ``rank`` in worker ``group`` (``None``: not in a group) profiles.
+
+        With ``groups`` given, a group profiles only if named there, with its own ranks; without,
+        every group uses ``ranks``. A process in no group (the driver, or any process of a job
+        without worker groups) profiles when ``profile_driver`` is on and ``ranks`` selects it.
+        """
+        if group is None:
+            return self.profile_driver and (self.ranks == "all" or rank in self.ranks)
+        if self.groups:
+            chosen = self.groups.get(group)
+            return chosen is not None and (chosen.ranks == "all" or rank in chosen.ranks)
+        return self.ranks == "all" or rank in self.ranks
+
+    def contents_of(self, group: str | None) -> tuple[str, ...]:
+        """Return what a capture of a process in ``group`` records (the group's contents, else the config's)."""
+        chosen = self.groups.get(group) if group is not None else None
+        return chosen.contents if chosen is not None and chosen.contents else self.contents
+
     @property
     def active(self) -> bool:
         """Whether this config can capture anything at all."""
@@ -184,6 +224,9 @@ class ProfilerConfig:
             value = getattr(self, f.name)
             if isinstance(value, StepWindow):
                 value = list(value.steps)
+            elif f.name == "groups":
+                value = {name: {"ranks": g.ranks if g.ranks == "all" else list(g.ranks), "contents": list(g.contents)}
+                         for name, g in value.items()}
             elif isinstance(value, EngineConfig):
                 value = {
                     g.name: (list(v) if isinstance(v := getattr(value, g.name), tuple) else v)
@@ -505,6 +548,53 @@ def _choices(name: str, value: object, allowed: tuple[str, ...]) -> tuple[str, .
 
 
 _RANKS: Final = "'all' or a non-empty list of integers >= 0"
+_GROUP_NAME: Final = "a worker group name: letters, digits, '.', '_' or '-' (1-64 characters)"
+
+
+def _set_groups(config: ProfilerConfig) -> None:
+    """Normalise ``group``, ``groups`` and the per-group shorthands ``ranks={...}`` and ``contents={...}``.
+
+    ``ranks={"actor": [0, 1], "rollout": "all"}`` is ``groups={"actor": {"ranks": [0, 1]}, ...}``
+    (``ranks`` itself then keeps its default, for the driver); ``contents={"actor": [...]}`` sets
+    the contents of groups named in ``groups`` or in a ``ranks`` mapping.
+    """
+    if config.group is not None and (not isinstance(config.group, str) or not _safe_name(config.group)):
+        raise ConfigError("group", config.group, _GROUP_NAME)
+    raw = config.groups
+    if not isinstance(raw, Mapping):
+        raise ConfigError("groups", raw, "a mapping of group name -> {'ranks': ..., 'contents': [...]}")
+    entries: dict[str, dict[str, Any]] = {}
+    for name, value in raw.items():
+        if not isinstance(name, str) or not _safe_name(name):
+            raise ConfigError("groups", name, _GROUP_NAME)
+        if isinstance(value, GroupConfig):
+            entries[name] = {"ranks": value.ranks, "contents": value.contents}
+        elif isinstance(value, Mapping):
+            unknown = sorted(set(value) - {"ranks", "contents"})
+            if unknown:
+                raise ConfigError(f"groups.{name}", unknown[0], "keys 'ranks' and 'contents'")
+            entries[name] = dict(value)
+        else:
+            entries[name] = {"ranks": value}  # groups={"actor": [0, 1]}: ranks only
+    if isinstance(config.ranks, Mapping):
+        for name, value in config.ranks.items():
+            if not isinstance(name, str) or not _safe_name(name):
+                raise ConfigError("ranks", name, _GROUP_NAME)
+            entries.setdefault(name, {})["ranks"] = value
+        _set(config, "ranks", (0,))
+    if isinstance(config.contents, Mapping):
+        for name, value in config.contents.items():
+            if not isinstance(name, str) or name not in entries:
+                raise ConfigError("contents", name, "a group named in groups or in a ranks mapping")
+            entries[name]["contents"] = value
+        _set(config, "contents", ())
+    groups: dict[str, GroupConfig] = {}
+    for name, entry in entries.items():
+        try:
+            groups[name] = GroupConfig(**entry)
+        except ConfigError as exc:
+            raise ConfigError(f"groups.{name}.{exc.field.split('.')[-1]}", exc.value, exc.allowed) from None
+    _set(config, "groups", MappingProxyType(groups))
 _TOO_MANY_RANKS: Final = f"at most {MAX_RANKS} ranks in a list; 'all' selects every rank"
 
 

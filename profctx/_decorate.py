@@ -5,6 +5,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import time
+import types
+import uuid
 from collections.abc import AsyncGenerator, Callable, Generator
 from typing import Any, TypeVar, overload
 
@@ -12,15 +15,7 @@ import wrapt
 
 from ._block import Session, profile_step
 from ._owner import OWNER
-from ._propagate import (
-    CARRIER_KEY,
-    carried_parent,
-    idle,
-    install_ray_support,
-    ray_invocation,
-    receive,
-)
-from ._scope import SCOPE
+from ._scope import SCOPE, current
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -44,9 +39,8 @@ def profiled(fn: Any = None, /, *, role: str | None = None) -> Any:
     straight to the function (the check is one C-level call) and the role is not set in
     ``current()``. A method looked up then (``obj.method``) is the plain bound method.
 
-    On a Ray actor, a call made from a process that profiles carries the caller's scope
-    (and config) in the reserved keyword ``__profctx__``, which is removed before the
-    function runs; see ``docs/distributed.md``.
+    On a Ray actor registered in a worker group (``profctx.ray.group``), the call knows the
+    step its driver is in; nothing is added to the call itself (``docs/distributed.md``).
     """
     if fn is None:
         return functools.partial(_decorate, role=role)
@@ -70,21 +64,19 @@ def _decorate(fn: Any, *, role: str | None) -> Any:
         wrapper = _generator_wrapper(name)
     else:
         wrapper = _function_wrapper(name)
-    if not hasattr(target, "__ray_invocation_decorator__"):
-        # Ray applies this on the caller's side of every actor call: it adds the carrier.
-        with contextlib.suppress(AttributeError, TypeError):  # builtins and C callables take no attributes
-            target.__ray_invocation_decorator__ = ray_invocation  # type: ignore[union-attr]
-    install_ray_support()
-    OWNER.mark_worker()
+    with contextlib.suppress(AttributeError, TypeError):  # builtins and C callables take no attributes
+        # Survives cloudpickle's by-value copy of the function (which drops this wrapper): a
+        # worker can then tell the user which methods arrived undecorated (profctx.ray).
+        target.__profctx_role__ = name  # type: ignore[union-attr]
     switch = OWNER.switch(name)
     get = getattr(type(fn), "__get__", None)
-    cls = ProfiledFunction if get is None else _method_class(fn, switch, get)
+    cls = ProfiledFunction if get is None else _method_class(fn, switch, get, role)
     profiled_fn = cls(fn, wrapper, enabled=switch.__len__)  # type: ignore[arg-type]
     profiled_fn._self_profctx_role = role
     return profiled_fn
 
 
-def _method_class(fn: Any, switch: list[bool], get: Any) -> type[ProfiledFunction]:
+def _method_class(fn: Any, switch: list[bool], get: Any, role: str | None) -> type[ProfiledFunction]:
     """Return a :class:`ProfiledFunction` subclass whose ``__get__`` reads ``switch`` from its closure.
 
     ``obj.method`` runs ``__get__`` on every lookup; reading the switch and the plain getter
@@ -99,7 +91,60 @@ def _method_class(fn: Any, switch: list[bool], get: Any) -> type[ProfiledFunctio
             return get(fn, instance, owner)
         return base_get(self, instance, owner)
 
-    return type("ProfiledFunction", (ProfiledFunction,), {"__get__": __get__, "__slots__": ()})
+    namespace: dict[str, Any] = {"__get__": __get__, "__slots__": ()}
+    if isinstance(fn, types.FunctionType):
+        namespace.update(_by_value(fn, role))
+    return type("ProfiledFunction", (ProfiledFunction,), namespace)
+
+
+def _by_value(fn: types.FunctionType, role: str | None) -> dict[str, Any]:
+    """Return properties that make a by-value copy of the wrapper call profctx again.
+
+    cloudpickle copies a function it cannot import by name (a method of a class made remote
+    with ``@ray.remote``, or defined in ``__main__``) from its ``__code__``, ``__globals__``,
+    ``__closure__`` and defaults, and a wrapt wrapper hands out the wrapped function's (so the
+    copy would be the bare function: cloudpipe/cloudpickle#464). The wrapper shows, for these
+    five attributes only, those of a trampoline of the same kind (plain, coroutine, generator,
+    async generator) that decorates ``fn`` again where it is called; name, qualified name,
+    module, docstring, annotations and ``inspect.signature`` stay the user's.
+    """
+    trampoline = _trampoline(fn, role)
+    return {name: property(lambda self, name=name: getattr(trampoline, name))
+            for name in ("__code__", "__globals__", "__closure__", "__defaults__", "__kwdefaults__")}
+
+
+def _trampoline(fn: Any, role: str | None) -> Callable[..., Any]:
+    made: list[Any] = []  # this copy's wrapper, built at its first call (in the process it was copied to)
+
+    if inspect.isasyncgenfunction(fn):
+        async def agen(*args: Any, **kwargs: Any) -> Any:
+            if not made:
+                made.append(_decorate(fn, role=role))
+            async for item in made[0](*args, **kwargs):
+                yield item
+
+        return agen
+    if inspect.iscoroutinefunction(fn):
+        async def coro(*args: Any, **kwargs: Any) -> Any:
+            if not made:
+                made.append(_decorate(fn, role=role))
+            return await made[0](*args, **kwargs)
+
+        return coro
+    if inspect.isgeneratorfunction(fn):
+        def gen(*args: Any, **kwargs: Any) -> Any:
+            if not made:
+                made.append(_decorate(fn, role=role))
+            return (yield from made[0](*args, **kwargs))
+
+        return gen
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if not made:
+            made.append(_decorate(fn, role=role))
+        return made[0](*args, **kwargs)
+
+    return call
 
 
 def _name_of(target: Any) -> str:
@@ -114,10 +159,10 @@ def _name_of(target: Any) -> str:
 
 
 class ProfiledFunction(wrapt.FunctionWrapper):  # type: ignore[misc,type-arg]
-    """The wrapper ``@profiled`` returns; pickled as "decorate this function again".
+    """The wrapper ``@profiled`` returns; pickled (by reference or by ``pickle``) as "decorate this function again".
 
-    cloudpickle would otherwise pickle it as the bare function it proxies (see
-    :func:`profctx._propagate.install_ray_support`).
+    cloudpickle's by-value copy (classes defined in ``__main__``) still sees the bare function
+    it proxies and drops the wrapper: see docs/distributed.md.
     """
 
     _self_profctx_role: str | None
@@ -138,6 +183,14 @@ class ProfiledBoundFunction(wrapt.BoundFunctionWrapper):  # type: ignore[misc,ty
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         return _rebind, (self._self_parent, self._self_instance, self._self_owner)
 
+    # Accessed on the class (``Cls.method``: no instance), this wraps a plain function and
+    # cloudpickle copies it by value like one: show the parent's trampoline (see ``_by_value``).
+    __code__ = property(lambda self: self._self_parent.__code__)
+    __globals__ = property(lambda self: self._self_parent.__globals__)
+    __closure__ = property(lambda self: self._self_parent.__closure__)
+    __defaults__ = property(lambda self: self._self_parent.__defaults__)
+    __kwdefaults__ = property(lambda self: self._self_parent.__kwdefaults__)
+
     def __reduce__(self) -> tuple[Any, ...]:
         return self.__reduce_ex__(2)
 
@@ -155,70 +208,77 @@ def _rebuild(fn: Any, role: str | None) -> Any:
     return _decorate(fn, role=role)
 
 
-_NOTHING = object()
+def idle() -> bool:
+    """Return whether no block of this process is inside an in-window step."""
+    return not OWNER.gate
 
 
-def _carried(kwargs: dict[str, Any]) -> Any:
-    """Remove the reserved carrier keyword; return the scope to adopt, ``None`` (unusable) or ``_NOTHING``."""
-    data = kwargs.pop(CARRIER_KEY, _NOTHING)
-    return _NOTHING if data is _NOTHING else receive(data)
+def _raised(exc: Exception) -> None:
+    """Record that a ``@profiled`` call raised, in a worker inside its driver's in-window step.
+
+    The worker knows what the driver cannot: the role it was in, its group and rank, and the
+    error itself (not Ray's wrapped, coloured copy). Never raises.
+    """
+    runtime = OWNER.runtime
+    if OWNER.held is None or runtime is None:
+        return
+    try:
+        scope = current()
+        if scope.step is None or scope.step not in runtime.window:
+            return
+        now = time.time()
+        text = str(exc).strip().splitlines()
+        runtime.record({
+            "capture": uuid.uuid4().hex[:12], "event": "finished", "kind": "remote", "status": "failed",
+            "steps": [scope.step], "step": scope.step, "last_step": scope.step, "role": scope.path or None,
+            "time": now, "start_time": now, "end_time": now, "files": [], "bytes": 0,
+            "error": f"{type(exc).__name__}: {text[0] if text else ''}",
+            "reason": f"the call {scope.path} raised",
+        })
+    except Exception:  # noqa: BLE001 - recording a failure must not add one
+        pass
 
 
 def _function_wrapper(role: str) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        scope: Any = _carried(kwargs) if kwargs else _NOTHING
-        if scope is _NOTHING:
-            if idle():
-                return wrapped(*args, **kwargs)
-            with profile_step(role=role):
-                return wrapped(*args, **kwargs)
-        if scope is None:
+        if idle():
             return wrapped(*args, **kwargs)
-        token = SCOPE.set(carried_parent(scope))
-        try:
-            with profile_step(scope.step, role):
+        with profile_step(role=role):
+            try:
                 return wrapped(*args, **kwargs)
-        finally:
-            SCOPE.reset(token)
+            except Exception as exc:
+                _raised(exc)
+                raise
 
     return wrapper
 
 
 def _coroutine_wrapper(role: str) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        scope: Any = _carried(kwargs) if kwargs else _NOTHING
-        if scope is None or (scope is _NOTHING and idle()):
+        if idle():
             return wrapped(*args, **kwargs)
 
         async def run() -> Any:
-            if scope is _NOTHING:
-                async with profile_step(role=role):
+            async with profile_step(role=role):
+                try:
                     return await wrapped(*args, **kwargs)
-            token = SCOPE.set(carried_parent(scope))
-            try:
-                async with profile_step(scope.step, role):
-                    return await wrapped(*args, **kwargs)
-            finally:
-                SCOPE.reset(token)
+                except Exception as exc:
+                    _raised(exc)
+                    raise
 
         return run()
 
     return wrapper
 
 
-def _session(kwargs: dict[str, Any], role: str) -> Session | None:
-    """The session of a generator call: under the carried scope if one came, else the ambient one."""
-    scope: Any = _carried(kwargs) if kwargs else _NOTHING
-    if scope is _NOTHING:
-        return None if idle() else Session(SCOPE.get(), None, role, {})
-    if scope is None:
-        return None
-    return Session(carried_parent(scope), scope.step, role, {})
+def _session(role: str) -> Session | None:
+    """The session of a generator call, or ``None`` when it runs unprofiled."""
+    return None if idle() else Session(SCOPE.get(), None, role, {})
 
 
 def _generator_wrapper(role: str) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        session = _session(kwargs, role)
+        session = _session(role)
         if session is None:
             return wrapped(*args, **kwargs)
         return _drive(session, wrapped(*args, **kwargs))
@@ -263,7 +323,7 @@ def _drive(session: Session, gen: Generator[Any, Any, Any]) -> Generator[Any, An
 
 def _async_generator_wrapper(role: str) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        session = _session(kwargs, role)
+        session = _session(role)
         if session is None:
             return wrapped(*args, **kwargs)
         return _adrive(session, wrapped(*args, **kwargs))

@@ -30,7 +30,7 @@ VERSION: Final = 1
 #: (its trace may be missing); ``open`` (readers only): started, never finished.
 Status = Literal["ok", "failed", "skipped", "interrupted"]
 Event = Literal["started", "finished"]
-Kind = Literal["step", "role", "engine"]
+Kind = Literal["step", "role", "engine", "remote"]
 #: Seconds between retries after the disk filled up (records wait in memory meanwhile).
 FULL_DISK_BACKOFF: Final = 1.0
 #: Records kept in memory while the shard cannot be written; older ones are dropped (and counted).
@@ -51,6 +51,7 @@ class Record(TypedDict, total=False):
     run: str
     rank: int
     world_size: int
+    group: str
     host: str
     pid: int
     capture: str
@@ -160,6 +161,8 @@ class ManifestWriter:
             "host": self.identity.host,
             "pid": self.identity.pid,
         }
+        if self.identity.group is not None:
+            full["group"] = self.identity.group
         full.update(record)
         return full  # type: ignore[return-value]
 

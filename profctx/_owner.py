@@ -56,8 +56,8 @@ class Owner:
     a capture starts or ends, or engines are attached.
     """
 
-    __slots__ = ("_lock", "carried", "carry_cache", "config", "env_read", "gate", "hooks", "runtime", "switches",
-                 "worker")
+    __slots__ = ("_lock", "carried", "carry_cache", "config", "control", "driver", "env_read", "gate", "held", "hooks",
+                 "runtime", "step_hooks", "switches")
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -78,9 +78,16 @@ class Owner:
         #: Whether the ``PROFCTX_*`` environment was read (by ``configure()``, or by the first
         #: block of a process that was never configured).
         self.env_read = False
-        #: Whether this process is a Ray worker: a carrier can arrive with any call, so every
-        #: ``@profiled`` wrapper stays on to remove the reserved keyword.
-        self.worker = False
+        #: Step hooks: told when a step block of this process enters and leaves an in-window step
+        #: (the Ray driver, which tells its worker groups).
+        self.step_hooks: list[RoleHook] = []
+        #: The driver's worker groups (``profctx.ray``'s registry), if any.
+        self.driver: Any = None
+        #: The step held for the whole process by its driver (a ``_block.Held``), if any.
+        self.held: Any = None
+        #: The thread a worker's held steps start and stop on when Ray runs control calls off
+        #: the main thread (``profctx.ray``'s control executor), if started.
+        self.control: Any = None
 
     # -- switches -----------------------------------------------------------------------------
 
@@ -100,7 +107,7 @@ class Owner:
                 self._set(role, switch)
 
     def _set(self, role: str, switch: list[bool]) -> None:
-        on = self.worker or (bool(self.gate) and self._wants(role))
+        on = bool(self.gate) and self._wants(role)
         if on and not switch:
             switch.append(True)
         elif not on and switch:
@@ -127,13 +134,6 @@ class Owner:
             if not self.gate:
                 self.refresh()
 
-    def mark_worker(self) -> None:
-        """Keep every ``@profiled`` wrapper on in this process if it is a Ray worker (idempotent)."""
-        if not self.worker and in_ray_worker():
-            with self._lock:
-                self.worker = True
-                self.refresh()
-
     # -- hooks --------------------------------------------------------------------------------
 
     def add_hook(self, hook: RoleHook) -> None:
@@ -155,11 +155,16 @@ class Owner:
     def end(self) -> None:
         """Return to the state of a fresh process (the runtime must already be shut down).
 
-        Switches stay registered (decorated functions hold them) but all go off, unless
-        this process is a Ray worker.
+        Switches stay registered (decorated functions hold them) but all go off. The Ray
+        layer's driver registry, held step and control thread must already be ended
+        (``profctx.ray`` does it from ``reset()``).
         """
         with self._lock:
             hooks, self.hooks = self.hooks, []
+            self.step_hooks = []
+            self.driver = None
+            self.held = None
+            control, self.control = self.control, None
             self.config = None
             self.runtime = None
             self.carried = None
@@ -167,6 +172,8 @@ class Owner:
             self.env_read = False
             self.gate.clear()
             self.refresh()
+        if control is not None:
+            control.shutdown(wait=False)
         for hook in hooks:
             reset = getattr(hook, "reset", None)
             if reset is not None:

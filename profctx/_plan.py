@@ -132,9 +132,11 @@ class Actions:
     In order at entry: ``close_run`` (end the open contiguous capture), ``open`` (start a
     capture; ``keep_run``: it becomes the contiguous capture), ``ranges`` (named ranges in the
     capture this block records into; ``marker``: the top range of what the block opens —
-    ``step N`` for a step, the role's name for a role capture), ``engines`` (start attached engines). At exit, in
-    reverse: engines stop, ranges close, the opened capture ends (``close_run_at_exit``: the
-    contiguous capture ends with this block).
+    ``step N`` for a step, the role's name for a role capture), ``engines`` (start attached
+    engines), ``workers`` (tell the driver's worker groups the step began: every in-window step
+    block, whatever this process itself captures). At exit, in reverse: workers leave the step,
+    engines stop, ranges close, the opened capture ends (``close_run_at_exit``: the contiguous
+    capture ends with this block).
     """
 
     close_run: bool = False
@@ -145,6 +147,7 @@ class Actions:
     marker: str | None = None
     ranges: tuple[str, ...] = ()
     engines: bool = False
+    workers: bool = False
 
 
 #: The block does nothing (outside the window, or nothing selected).
@@ -204,6 +207,7 @@ def decide(policy: Policy, event: Enter) -> Actions:
             marker = roles[-1]
         engines = role_matches(policy.engine_roles, roles)
     return Actions(
+        workers=event.sets_step,
         close_run=close_run,
         open=opened,
         keep_run=keep_run,

@@ -15,10 +15,9 @@ import functools
 import itertools
 import json
 import os
-import sys
 from collections.abc import Callable, Mapping, MutableMapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextvars import ContextVar, Token
+from contextvars import Token
 from types import TracebackType
 from typing import Any, Final, Literal, TypeVar, final
 
@@ -34,7 +33,7 @@ R = TypeVar("R")
 
 #: Version of the snapshot format. A receiver refuses other versions (the call runs unprofiled).
 VERSION: Final = 1
-#: The reserved call keyword carrying a snapshot into a ``@profiled`` Ray actor method.
+#: The key of a snapshot in a dict carrier.
 CARRIER_KEY: Final = "__profctx__"
 #: The environment variable carrying a snapshot into a spawned process (JSON).
 ENV_VAR: Final = "PROFCTX_CONTEXT"
@@ -42,10 +41,6 @@ ENV_VAR: Final = "PROFCTX_CONTEXT"
 HEADER: Final = "profctx-context"
 
 Carrier = Literal["dict", "env", "headers"]
-
-#: Rank and world size the next outgoing actor call carries (set by ``profctx.ray`` helpers).
-TARGET: ContextVar[tuple[int | None, int | None]] = ContextVar("profctx.target", default=(None, None))
-
 
 # -- snapshots --------------------------------------------------------------------------------
 
@@ -92,14 +87,6 @@ def _compact_steps(steps: list[int] | None) -> list[int] | str | None:
     if stride <= 0 or any(b - a != stride for a, b in itertools.pairwise(steps)):
         return steps
     return f"{steps[0]}:{steps[-1] + 1}:{stride}"
-
-
-def outgoing() -> dict[str, Any] | None:
-    """Return the snapshot an outgoing actor call carries, or ``None`` when nothing can be captured."""
-    if OWNER.runtime is None:
-        return None
-    rank, world_size = TARGET.get()
-    return snapshot(rank=rank, world_size=world_size)
 
 
 def _check(data: object) -> dict[str, Any] | None:
@@ -351,99 +338,3 @@ class ScopedThreadPoolExecutor(ThreadPoolExecutor):
         """Schedule ``fn(*args, **kwargs)`` in a copy of the caller's context."""
         context = contextvars.copy_context()
         return super().submit(context.run, fn, *args, **kwargs)
-
-
-# -- Ray worker side ----------------------------------------------------------------------------
-
-
-def idle() -> bool:
-    """Return whether no block of this process is inside an in-window step."""
-    return not OWNER.gate
-
-
-def ray_invocation(invocation: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-    """Wrap a Ray actor method invocation so it carries the ambient scope (``__ray_invocation_decorator__``).
-
-    Ray calls this on the caller's side for every ``handle.method.remote(...)`` of a
-    ``@profiled`` method; nothing is added while this process cannot capture anything.
-    """
-
-    def invoke(args: Any, kwargs: Any) -> Any:
-        data = outgoing()
-        if data is None:
-            return invocation(args, kwargs)
-        try:
-            return invocation(args, {**(kwargs or {}), CARRIER_KEY: data})
-        except TypeError as exc:
-            # Ray checks arguments before sending anything, so retrying without the keyword
-            # is safe: this handle's metadata was built before profctx could extend it.
-            if CARRIER_KEY not in str(exc):
-                raise
-            _refuse("this actor class was made remote before profctx was imported next to ray; "
-                    "import profctx before calling ray.remote")
-            return invocation(args, kwargs)
-
-    return invoke
-
-
-# -- Ray and cloudpickle support ---------------------------------------------------------------
-
-
-def install_ray_support() -> None:
-    """Prepare loaded Ray and cloudpickle modules for ``@profiled`` methods (idempotent, cheap).
-
-    - cloudpickle pickles classes defined in ``__main__`` (or inside functions) by value and
-      treats a wrapt wrapper as the plain function it proxies, so the wrapper is silently
-      lost in the actor process (cloudpipe/cloudpickle#464). profctx's wrappers are pickled
-      as "decorate this function again" instead.
-    - Ray checks call arguments against the user's function signature before sending, so the
-      reserved keyword is added to the signature Ray keeps for the method (only there:
-      ``inspect.signature`` of the user's function is unchanged).
-    """
-    for name in ("ray.cloudpickle.cloudpickle", "cloudpickle.cloudpickle"):
-        pickler = getattr(sys.modules.get(name), "Pickler", None)
-        if pickler is None or getattr(pickler, "_profctx_patched", False):
-            continue
-        original = getattr(pickler, "reducer_override", None)
-        if original is not None:
-            pickler.reducer_override = _reducer(original)
-            pickler._profctx_patched = True
-    actor_module = sys.modules.get("ray.actor")
-    meta = getattr(actor_module, "_ActorClassMethodMetadata", None)
-    if meta is not None and not getattr(meta, "_profctx_patched", False):
-        create = meta.__dict__.get("create")
-        if isinstance(create, classmethod):
-            meta.create = classmethod(_metadata_create(create.__func__))
-            meta._profctx_patched = True
-
-
-def _reducer(original: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
-    from ._decorate import ProfiledBoundFunction, ProfiledFunction
-
-    ours = (ProfiledFunction, ProfiledBoundFunction)
-
-    def reducer_override(self: Any, obj: Any) -> Any:
-        if isinstance(obj, ours):  # @profiled methods are instances of a per-function subclass
-            return obj.__reduce_ex__(2)
-        return original(self, obj)
-
-    return reducer_override
-
-
-def _metadata_create(original: Callable[..., Any]) -> Callable[..., Any]:
-    import inspect
-
-    param = inspect.Parameter(CARRIER_KEY, inspect.Parameter.KEYWORD_ONLY, default=None)
-
-    def create(cls: Any, *args: Any, **kwargs: Any) -> Any:
-        meta = original(cls, *args, **kwargs)
-        signatures: Any = getattr(meta, "signatures", None)
-        for name, decorator in dict(getattr(meta, "decorators", None) or {}).items():
-            params = None if signatures is None else signatures.get(name)
-            if decorator is not ray_invocation or params is None:
-                continue
-            if all(p.name != CARRIER_KEY and p.kind is not p.VAR_KEYWORD for p in params):
-                signatures[name] = [*params, param]
-        return meta
-
-    return create

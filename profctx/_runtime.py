@@ -239,7 +239,7 @@ class Runtime:
         # identity while nothing that could replace it (RANK, a process group, a fork) appeared.
         if fallback is not None and fallback.pid == os.getpid() and not detectable():
             return fallback
-        identity = resolve(self.config.rank, self.config.world_size)
+        identity = resolve(self.config.rank, self.config.world_size, self.config.group)
         if identity.source != "default":
             self._identity = identity
         else:
@@ -248,8 +248,8 @@ class Runtime:
 
     def rank_selected(self) -> bool:
         """Whether this process's rank is one the config profiles."""
-        ranks = self.config.ranks
-        return ranks == "all" or self.identity().rank in ranks
+        identity = self.identity()
+        return self.config.selects(identity.group, identity.rank)
 
     def policy(self) -> Policy:
         """Return the plan's view of the config for this process."""
@@ -448,6 +448,7 @@ class Runtime:
             "role": "/".join(capture.roles) or None,
             "rank": identity.rank,
             "world_size": identity.world_size,
+            "group": identity.group,
             "host": identity.host,
             "pid": identity.pid,
             "start_time": capture.start_wall,
@@ -460,7 +461,7 @@ class Runtime:
             stem=trace_stem(identity, self._spans.next()),
             identity=identity,
             run_id=self.run_id,
-            contents=self.config.contents,
+            contents=self.config.contents_of(identity.group),
             options=self.config.tool_options,
             compress=self.config.compress,
             metadata=metadata,

@@ -7,6 +7,8 @@ from contextvars import ContextVar
 from types import MappingProxyType
 from typing import Any, final
 
+from ._owner import OWNER
+
 
 @final
 class Scope:
@@ -131,5 +133,20 @@ SCOPE: ContextVar[Scope] = ContextVar("profctx.scope", default=ROOT)
 
 
 def current() -> Scope:
-    """Return the ambient scope of the calling task or thread."""
-    return SCOPE.get()
+    """Return the ambient scope of the calling task or thread.
+
+    Outside any step block, a step held for the whole process (a Ray worker inside a step its
+    driver entered, ``profctx.ray.group``) is the step, with the task's own roles and tags.
+    """
+    return ambient(SCOPE.get())
+
+
+def ambient(scope: Scope) -> Scope:
+    """Return ``scope`` (the task's own), under the process's held step when it has no step of its own."""
+    held = OWNER.held
+    if held is None or scope.step is not None:
+        return scope
+    base: Scope = held.scope
+    new = Scope.__new__(Scope)
+    _init(new, base.step, scope.roles, tuple(sorted({**dict(base._tags), **dict(scope._tags)}.items())))
+    return new

@@ -472,7 +472,7 @@ def test_scope_is_frozen_and_hashable_with_list_tags() -> None:
 def test_statuses_and_record_kinds_are_literals() -> None:
     assert typing.get_origin(_manifest.Status) is typing.Literal
     assert set(get_args(_manifest.Status)) == {"ok", "failed", "skipped", "interrupted"}
-    assert set(get_args(_manifest.Kind)) == {"step", "role", "engine"}
+    assert set(get_args(_manifest.Kind)) == {"step", "role", "engine", "remote"}
     assert set(get_args(_manifest.Event)) == {"started", "finished"}
     hints = typing.get_type_hints(_manifest.Record)
     assert hints["status"] == _manifest.Status and hints["kind"] == _manifest.Kind

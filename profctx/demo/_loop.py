@@ -63,28 +63,24 @@ def _loop(options: DemoOptions, say: Callable[[str], None]) -> None:
 
     rollouts = [Rollout.remote(100 + i) for i in range(options.rollouts)]  # type: ignore[attr-defined]
     trainers = [Trainer.remote(7) for _ in range(2)]  # type: ignore[attr-defined]
+    # Worker groups: each actor learns its group and rank (its position), and from now on
+    # enters every profiled step with the driver.
+    pray.group("rollout", rollouts)
+    pray.group("actor", trainers)
     window = profctx.get_config().steps  # type: ignore[union-attr]
     for step in range(1, options.steps + 1):
         t0 = time.perf_counter()
         with profctx.profile_step(step):
-            # Rollout: one call per rollout actor, concurrently; each is rank i of the rollout group.
+            # Rollout: one call per rollout actor, concurrently.
             batches = pray.fan_out([(r, "generate") for r in rollouts], (options.prompts, options.new_tokens))
             sequences = [seq for batch in batches for seq in batch]
             shards = [sequences[i::len(trainers)] for i in range(len(trainers))]
-            # Reference log-probs and the update: plain .remote() calls carry the scope too;
-            # as_rank tells each training worker its data-parallel rank.
-            refs = []
-            for rank, (trainer, shard) in enumerate(zip(trainers, shards, strict=True)):
-                with pray.as_rank(rank, len(trainers)):
-                    refs.append(trainer.ref_log_prob.remote(shard))
-            ref_logp = ray.get(refs)
-            refs = []
-            for rank, (trainer, shard, logp) in enumerate(zip(trainers, shards, ref_logp, strict=True)):
-                with pray.as_rank(rank, len(trainers)):
-                    refs.append(trainer.update.remote(shard, logp))
-            stats = ray.get(refs)
+            # Reference log-probs and the update: plain .remote() calls; the workers already
+            # know the step (their driver entered it with them) and their group and rank.
+            ref_logp = ray.get([t.ref_log_prob.remote(s) for t, s in zip(trainers, shards, strict=True)])
+            stats = ray.get([t.update.remote(s, lp) for t, s, lp in zip(trainers, shards, ref_logp, strict=True)])
         loss = sum(s["loss"] for s in stats) / len(stats)
         mark = "profiled" if window is not None and step in window else ""
         say(f"  step {step}: {len(sequences)} sequences, loss {loss:+.4f}, {time.perf_counter() - t0:.2f} s {mark}")
     # Workers write traces on a background thread: wait for them before Ray goes away.
-    pray.flush([*rollouts, *trainers])
+    pray.flush()

@@ -1,44 +1,303 @@
-"""Ray integration, driver side: call groups of actors with the ambient scope, concurrently.
+"""Ray integration, driver side: worker groups whose step boundaries the driver drives.
 
-Any ``handle.method.remote(...)`` of a ``@profiled`` actor method already carries the caller's
-scope and config (profctx sets Ray's ``__ray_invocation_decorator__`` on the method). This
-module adds what a plain call cannot know: the worker's rank and world size (explicit, or its
-position in a group), concurrent fan-out from sync and async code, failure records, and
-flushing the workers' traces. Needs ``ray`` (``pip install 'profctx[ray]'``).
+Register the actors of each role as a named group; from then on, every in-window step the
+driver enters (``with profctx.profile_step(step):``) is entered by every worker too, and left
+with it, through Ray's ``ActorHandle.__ray_call__`` (no user method is wrapped, and nothing is
+added to the user's calls). A worker thus has one capture per step in step mode, covering
+every call it serves in that step, and its ``@profiled`` methods know the step in role mode.
+Out of the window no control call is made. Needs ``ray`` (``pip install 'profctx[ray]'``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import re
+import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
 
-from .. import _lifecycle
+from .._log import warn_once
 from .._owner import OWNER
-from .._propagate import TARGET, install_ray_support
-from .._scope import SCOPE
+from .._propagate import _config_dict
+from .._scope import current
+from . import _worker
 
-__all__ = ["as_rank", "fan_out", "fan_out_async", "flush", "flush_async", "submit"]
+__all__ = ["WorkerGroup", "fan_out", "fan_out_async", "flush", "flush_async", "group", "group_async", "groups",
+           "submit"]
 
 #: A target: a bound actor method (``handle.method``) or ``(handle, "method")``.
 Target = Any
 
-install_ray_support()
+#: Seconds the driver waits for its workers to enter or leave a step before going on without them.
+CONTROL_TIMEOUT = 300.0
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
-@contextlib.contextmanager
-def as_rank(rank: int | None, world_size: int | None = None) -> Iterator[None]:
-    """Make actor calls made in the block tell the worker it is ``rank`` of ``world_size``."""
-    token = TARGET.set((rank, world_size))
+@dataclass(eq=False)
+class Member:
+    """One worker of a group, as it reported itself when it joined."""
+
+    handle: Any
+    rank: int
+    pid: int | None = None
+    host: str | None = None
+    main: bool = True
+
+
+@dataclass(eq=False)
+class WorkerGroup:
+    """A named group of actors: rank = position (or the ``ranks`` given), world size = group size.
+
+    Returned by :func:`group`; ``members`` lists where each worker runs once it joined.
+    """
+
+    name: str
+    members: list[Member]
+    world_size: int
+    #: The configuration the members were last given (re-sent when the driver reconfigures).
+    sent: Any = None
+    sent_run: str | None = None
+    pending: list[Any] = field(default_factory=list)
+
+    @property
+    def handles(self) -> list[Any]:
+        """The actor handles, in rank order of registration."""
+        return [m.handle for m in self.members]
+
+
+class Driver:
+    """The driver's worker groups, and the step hook telling them about in-window steps.
+
+    Lives in ``OWNER.driver`` (``profctx.reset()`` ends it). One step at a time: a step block
+    nested in another (or entered concurrently by another task) does not reach the workers.
+    """
+
+    def __init__(self) -> None:
+        self.groups: dict[str, WorkerGroup] = {}
+        self.step: int | None = None
+        self._lock = threading.Lock()
+        self.claims: dict[tuple[str, int], int] = {}
+
+    # -- registration ---------------------------------------------------------------------------
+
+    def join_refs(self, grp: WorkerGroup) -> list[Any]:
+        """Send the driver's configuration and each member's identity; return the object refs."""
+        config = OWNER.config
+        runtime = OWNER.runtime
+        carried = _config_dict(config) if config is not None and config.active else None
+        grp.sent = config
+        grp.sent_run = runtime.run_id if runtime is not None else None
+        return [
+            m.handle.__ray_call__.remote(_worker.join, {"group": grp.name, "rank": m.rank,
+                                                        "world_size": grp.world_size, "config": carried})
+            for m in grp.members
+        ]
+
+    def joined(self, grp: WorkerGroup, results: Sequence[Any]) -> None:
+        """Note where each member runs; warn about duplicate claims and undecorated methods, once each."""
+        for member, result in zip(grp.members, results, strict=True):
+            if isinstance(result, BaseException) or not isinstance(result, Mapping):
+                warn_once(f"join:{grp.name}:{member.rank}", "profctx: worker %s rank %s could not join: %s",
+                          grp.name, member.rank, _message(result))
+                continue
+            member.pid, member.host, member.main = result["pid"], result["host"], result["main"]
+            claimed = self.claims.setdefault((grp.name, member.rank), member.pid)
+            if claimed != member.pid:
+                warn_once(f"claim:{grp.name}:{member.rank}",
+                          "profctx: two processes (pids %s and %s) claim worker group %r rank %s; their files "
+                          "would share one name pattern: register each actor once, with distinct ranks",
+                          claimed, member.pid, grp.name, member.rank)
+            if result.get("undecorated"):
+                warn_once(f"undecorated:{grp.name}",
+                          "profctx: in worker group %r, @profiled methods %s arrived without profctx's wrapper: "
+                          "Ray copies classes defined in the driver's __main__ by value and cloudpickle drops "
+                          "the decorator. Define the actor class in an importable module; step captures still "
+                          "cover these methods", grp.name, ", ".join(result["undecorated"]))
+            if not member.main:
+                warn_once(f"threaded:{grp.name}",
+                          "profctx: worker group %r runs profctx's control calls off the main thread (an async "
+                          "or threaded actor): its step captures start on a profctx thread, so torch records "
+                          "device activity of every thread but CPU operators of that thread only", grp.name)
+
+    # -- the step hook ---------------------------------------------------------------------------
+
+    def _refs(self, fn: Any, step: int) -> list[Any]:
+        refs: list[Any] = []
+        for grp in list(self.groups.values()):
+            if grp.sent is not OWNER.config:
+                refs.extend(self.join_refs(grp))  # reconfigured: members take the new config first
+            refs.extend(m.handle.__ray_call__.remote(fn, step) for m in grp.members)
+        return refs
+
+    def _claim(self, step: int | None) -> bool:
+        with self._lock:
+            if self.step is not None or step is None:
+                return False
+            self.step = step
+            return True
+
+    def enter(self, runtime: Any, scope: Any) -> object:
+        if not self.groups or not self._claim(scope.step):
+            return None
+        refs = self._refs(_worker.step_enter, scope.step)
+        _wait(refs, "enter step")
+        return scope.step
+
+    def exit(self, runtime: Any, handle: object) -> None:
+        try:
+            _wait(self._refs(_worker.step_exit, handle), "leave step")  # type: ignore[arg-type]
+        finally:
+            self.step = None
+
+    async def aenter(self, runtime: Any, scope: Any) -> object:
+        if not self.groups or not self._claim(scope.step):
+            return None
+        await _await(self._refs(_worker.step_enter, scope.step), "enter step")
+        return scope.step
+
+    async def aexit(self, runtime: Any, handle: object) -> None:
+        try:
+            await _await(self._refs(_worker.step_exit, handle), "leave step")  # type: ignore[arg-type]
+        finally:
+            self.step = None
+
+    def check_config(self, config: Any) -> None:
+        return None
+
+    def shutdown(self) -> None:
+        return None
+
+    def reset(self) -> None:
+        self.groups.clear()
+        self.claims.clear()
+        self.step = None
+
+
+def _wait(refs: list[Any], what: str) -> None:
+    """Wait for control calls from sync code; inside a running event loop, do not block (logged once)."""
+    if not refs:
+        return
     try:
-        yield
-    finally:
-        TARGET.reset(token)
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        warn_once("control-in-loop",
+                  "profctx: a step block in async code uses 'with'; workers are told without waiting. "
+                  "Use 'async with profctx.profile_step(step):' so they have entered the step before your calls")
+        return
+    ready, pending = ray.wait(refs, num_returns=len(refs), timeout=CONTROL_TIMEOUT)
+    if pending:
+        warn_once(f"control-timeout:{what}", "profctx: %d of %d workers did not %s within %ss",
+                  len(pending), len(refs), what, CONTROL_TIMEOUT)
+    for ref in ready:
+        try:
+            ray.get(ref)
+        except Exception as exc:  # noqa: BLE001 - a dead worker must not stop the driver
+            warn_once(f"control:{what}:{type(exc).__name__}", "profctx: a worker could not %s: %s", what,
+                      _message(exc))
+
+
+async def _await(refs: list[Any], what: str) -> None:
+    if not refs:
+        return
+    try:
+        results = await asyncio.wait_for(asyncio.gather(*refs, return_exceptions=True), CONTROL_TIMEOUT)
+    except asyncio.TimeoutError:
+        warn_once(f"control-timeout:{what}", "profctx: workers did not %s within %ss", what, CONTROL_TIMEOUT)
+        return
+    for result in results:
+        if isinstance(result, Exception):
+            warn_once(f"control:{what}:{type(result).__name__}", "profctx: a worker could not %s: %s", what,
+                      _message(result))
+
+
+def _driver() -> Driver:
+    driver = OWNER.driver
+    if driver is None:
+        driver = OWNER.driver = Driver()
+        OWNER.step_hooks.append(driver)
+    assert isinstance(driver, Driver)
+    return driver
+
+
+def _new_group(name: str, handles: Sequence[Any], ranks: Sequence[int] | None,
+               world_size: int | None) -> tuple[Driver, WorkerGroup]:
+    if not isinstance(name, str) or not name or not all(c.isascii() and (c.isalnum() or c in "._-") for c in name):
+        raise ValueError(f"name: {name!r} is not valid; a group name is letters, digits, '.', '_' or '-'")
+    if name == "driver":
+        raise ValueError("name: 'driver' is reserved for the driver's own row; pick another group name")
+    handles = list(handles)
+    if not handles:
+        raise ValueError(f"handles: group {name!r} has no actors; give at least one actor handle")
+    for handle in handles:
+        if not hasattr(handle, "__ray_call__"):
+            raise TypeError(f"handles: {handle!r} is not a Ray actor handle")
+    chosen = list(range(len(handles))) if ranks is None else list(ranks)
+    if len(chosen) != len(handles) or len(set(chosen)) != len(chosen):
+        raise ValueError(f"ranks: {chosen!r} must give one distinct rank per actor ({len(handles)} actors)")
+    world = len(handles) if world_size is None else world_size
+    if any(not isinstance(r, int) or isinstance(r, bool) or not 0 <= r < world for r in chosen):
+        raise ValueError(f"ranks: {chosen!r} must be integers in [0, {world})")
+    driver = _driver()
+    if name in driver.groups:
+        raise ValueError(f"name: a worker group {name!r} is already registered; use another name")
+    grp = WorkerGroup(name, [Member(h, r) for h, r in zip(handles, chosen, strict=True)], world)
+    driver.groups[name] = grp
+    return driver, grp
+
+
+def group(name: str, handles: Sequence[Any], *, ranks: Sequence[int] | None = None,
+          world_size: int | None = None, timeout: float | None = 120.0) -> WorkerGroup:
+    """Register actors as the worker group ``name``; return it once every member has joined.
+
+    Rank = position in ``handles`` (or ``ranks[i]``); world size = number of handles (or
+    ``world_size``). Each member gets the driver's configuration (unless it configured
+    itself) and its identity, so its files and manifest records carry the group and rank.
+    Register before the first profiled step, after ``profctx.configure`` (a later
+    reconfiguration reaches the members at the next step). In async code use
+    :func:`group_async`.
+    """
+    _refuse_inside_loop("group", "group_async")
+    driver, grp = _new_group(name, handles, ranks, world_size)
+    refs = driver.join_refs(grp)
+    results: list[Any] = []
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+    done = set(ready)
+    for ref in refs:
+        if ref not in done:
+            results.append(TimeoutError(f"did not join within {timeout}s"))
+            continue
+        try:
+            results.append(ray.get(ref))
+        except Exception as exc:  # noqa: BLE001 - reported per member
+            results.append(exc)
+    driver.joined(grp, results)
+    return grp
+
+
+async def group_async(name: str, handles: Sequence[Any], *, ranks: Sequence[int] | None = None,
+                      world_size: int | None = None) -> WorkerGroup:
+    """The async twin of :func:`group` (awaits the joins; never a blocking ``ray.get``)."""
+    driver, grp = _new_group(name, handles, ranks, world_size)
+    results = await asyncio.gather(*driver.join_refs(grp), return_exceptions=True)
+    driver.joined(grp, list(results))
+    return grp
+
+
+def groups() -> dict[str, WorkerGroup]:
+    """Return the registered worker groups by name."""
+    driver = OWNER.driver
+    return dict(driver.groups) if isinstance(driver, Driver) else {}
+
+
+# -- calls ------------------------------------------------------------------------------------
 
 
 def _method(target: Target) -> Any:
@@ -51,63 +310,26 @@ def _method(target: Target) -> Any:
     return target
 
 
-def _ranks(count: int, ranks: Sequence[int | None] | None) -> list[int | None]:
-    if ranks is None:
-        return list(range(count))
-    if len(ranks) != count:
-        raise ValueError(f"ranks: {list(ranks)!r} has {len(ranks)} entries for {count} targets; give one per target")
-    return list(ranks)
-
-
-def submit(
-    targets: Sequence[Target],
-    args: Sequence[Any] = (),
-    kwargs: Mapping[str, Any] | None = None,
-    *,
-    ranks: Sequence[int | None] | None = None,
-    world_size: int | None = None,
-) -> list[Any]:
-    """Call one method on every target with the same arguments; return the object refs, in order.
-
-    Each call carries the ambient scope, with rank = the target's position in ``targets``
-    (or ``ranks[i]``; ``None`` lets the worker detect it) and world size ``world_size``
-    (default: the number of targets). Does not wait.
-    """
+def submit(targets: Sequence[Target], args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None) -> list[Any]:
+    """Call one method on every target with the same arguments; return the object refs, in order (no wait)."""
     methods = [_method(t) for t in targets]
-    chosen = _ranks(len(methods), ranks)
-    world = len(methods) if world_size is None else world_size
     call_kwargs = dict(kwargs or {})
-    refs = []
-    for method, rank in zip(methods, chosen, strict=True):
-        token = TARGET.set((rank, world if rank is not None else world_size))
-        try:
-            refs.append(method.remote(*args, **call_kwargs))
-        finally:
-            TARGET.reset(token)
-    return refs
+    return [method.remote(*args, **call_kwargs) for method in methods]
 
 
-def fan_out(
-    targets: Sequence[Target],
-    args: Sequence[Any] = (),
-    kwargs: Mapping[str, Any] | None = None,
-    *,
-    ranks: Sequence[int | None] | None = None,
-    world_size: int | None = None,
-    return_exceptions: bool = False,
-    timeout: float | None = None,
-) -> list[Any]:
+def fan_out(targets: Sequence[Target], args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None, *,
+            return_exceptions: bool = False, timeout: float | None = None) -> list[Any]:
     """Call one method on every target concurrently and wait for all; return the results in order.
 
-    Every call runs to its end even if another fails, so every worker stops and writes its
-    capture. Then, if any call failed, the first error is raised exactly as ``ray.get``
-    raises it (``return_exceptions=True`` returns errors in the list instead); each failure
-    is recorded in this process's manifest. Raise ``RuntimeError`` when called from inside
-    a running event loop: use ``await fan_out_async(...)`` there. ``timeout`` (seconds)
+    Every call runs to its end even if another fails. Then, if any call failed, the first
+    error is raised exactly as ``ray.get`` raises it (``return_exceptions=True`` returns
+    errors in the list instead). An actor that died during an in-window step is recorded in
+    this process's manifest (a worker records its own raised errors). Raise ``RuntimeError``
+    inside a running event loop: use ``await fan_out_async(...)`` there. ``timeout`` (seconds)
     raises ``ray.exceptions.GetTimeoutError`` if the calls are not all done in time.
     """
     _refuse_inside_loop("fan_out", "fan_out_async")
-    refs = submit(targets, args, kwargs, ranks=ranks, world_size=world_size)
+    refs = submit(targets, args, kwargs)
     if not refs:
         return []
     _, pending = ray.wait(refs, num_returns=len(refs), timeout=timeout)
@@ -119,41 +341,42 @@ def fan_out(
             results.append(ray.get(ref))
         except Exception as exc:  # noqa: BLE001 - collected, recorded, re-raised below
             results.append(exc)
-    return _settle(targets, results, ranks, return_exceptions)
+    return _settle(targets, results, return_exceptions)
 
 
-async def fan_out_async(
-    targets: Sequence[Target],
-    args: Sequence[Any] = (),
-    kwargs: Mapping[str, Any] | None = None,
-    *,
-    ranks: Sequence[int | None] | None = None,
-    world_size: int | None = None,
-    return_exceptions: bool = False,
-    timeout: float | None = None,
-) -> list[Any]:
+async def fan_out_async(targets: Sequence[Target], args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
+                        *, return_exceptions: bool = False, timeout: float | None = None) -> list[Any]:
     """The async twin of :func:`fan_out`: awaits the object refs with ``asyncio.gather``, never ``ray.get``.
 
     ``timeout`` raises ``TimeoutError`` (the calls themselves keep running).
     """
-    refs = submit(targets, args, kwargs, ranks=ranks, world_size=world_size)
+    refs = submit(targets, args, kwargs)
     gathered = asyncio.gather(*refs, return_exceptions=True)
     results = list(await (gathered if timeout is None else asyncio.wait_for(gathered, timeout)))
-    return _settle(targets, results, ranks, return_exceptions)
+    return _settle(targets, results, return_exceptions)
 
 
-def _settle(
-    targets: Sequence[Target], results: list[Any], ranks: Sequence[int | None] | None, return_exceptions: bool
-) -> list[Any]:
+def _settle(targets: Sequence[Target], results: list[Any], return_exceptions: bool) -> list[Any]:
     failures = [(i, r) for i, r in enumerate(results) if isinstance(r, BaseException)]
     if not failures:
         return results
-    chosen = _ranks(len(results), ranks)
     for index, error in failures:
-        _record_failure(_describe(targets[index]), chosen[index], error)
+        if isinstance(error, ray.exceptions.RayActorError):
+            _record_death(targets[index], error)
     if return_exceptions:
         return results
     raise failures[0][1]
+
+
+def _member_of(target: Target) -> tuple[str | None, int | None]:
+    handle = target[0] if isinstance(target, tuple) else None
+    if handle is None:
+        return None, None
+    for grp in groups().values():
+        for member in grp.members:
+            if member.handle == handle:
+                return grp.name, member.rank
+    return None, None
 
 
 def _describe(target: Target) -> str:
@@ -162,16 +385,16 @@ def _describe(target: Target) -> str:
     return str(getattr(target, "_method_name", None) or target)
 
 
-def _record_failure(method: str, rank: int | None, error: BaseException) -> None:
-    """Record a failed actor call in this process's manifest (when it profiles)."""
+def _record_death(target: Target, error: BaseException) -> None:
+    """Record that an actor died during an in-window step (it cannot record it itself)."""
     runtime = OWNER.runtime
     if runtime is None:
         return
-    scope = SCOPE.get()
-    if scope.step is None:
+    scope = current()
+    if scope.step is None or scope.step not in runtime.window:
         return
-    died = isinstance(error, ray.exceptions.RayActorError)
-    reason = f"the actor running {method} died" if died else f"the actor call {method} raised"
+    method = _describe(target)
+    group_name, rank = _member_of(target)
     now = time.time()
     runtime.record({
         "capture": uuid.uuid4().hex[:12],
@@ -182,21 +405,29 @@ def _record_failure(method: str, rank: int | None, error: BaseException) -> None
         "step": scope.step,
         "last_step": scope.step,
         "role": "/".join((*scope.roles, method)),
+        "target_group": group_name,
         "target_rank": rank,
-        "rank": rank,
         "time": now,
         "start_time": now,
         "end_time": now,
         "files": [],
         "bytes": 0,
-        "error": _first_line(error),
-        "reason": reason,
+        "error": _message(error),
+        "reason": f"the actor running {method} died",
     })
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0] if text else ''}"
+def _message(error: object) -> str:
+    """Return ``Type: first line`` of the actor's own error (Ray's cause, without its coloured header)."""
+    if not isinstance(error, BaseException):
+        return str(error)
+    cause = getattr(error, "cause", None)
+    if isinstance(cause, BaseException):
+        error = cause
+    lines = [line for line in _ANSI.sub("", str(error)).strip().splitlines() if line.strip()]
+    if lines and lines[0].startswith("ray::") and len(lines) > 1:
+        lines = lines[1:]
+    return f"{type(error).__name__}: {lines[0].strip() if lines else ''}"
 
 
 def _refuse_inside_loop(name: str, twin: str) -> None:
@@ -209,27 +440,25 @@ def _refuse_inside_loop(name: str, twin: str) -> None:
 
 
 def _handles(actors: Sequence[Any]) -> list[Any]:
-    return [a[0] if isinstance(a, tuple) else a for a in actors]
+    out = []
+    for a in actors:
+        if isinstance(a, WorkerGroup):
+            out.extend(a.handles)
+        else:
+            out.append(a[0] if isinstance(a, tuple) else a)
+    return out
 
 
-def _flush_actor(actor: Any, timeout: float | None) -> bool:
-    """Run in an actor (via ``__ray_call__``): stop any open capture and write everything."""
-    runtime = OWNER.runtime
-    if runtime is None:
-        return True
-    _lifecycle.finalize(timeout)
-    return runtime.flush(0)
-
-
-def flush(actors: Sequence[Any], timeout: float | None = 60.0) -> list[bool]:
+def flush(actors: Sequence[Any] | None = None, timeout: float | None = 60.0) -> list[bool]:
     """Make every actor stop its open capture and write its files; return, per actor, whether all finished.
 
-    ``actors``: actor handles (or ``(handle, name)`` targets). Call before reading the
-    manifest or shutting Ray down: workers write traces on a background thread. A dead
-    actor gives ``False``.
+    ``actors``: actor handles, ``(handle, name)`` targets or worker groups; ``None``: every
+    member of every registered group. Call before reading the manifest or shutting Ray down:
+    workers write traces on a background thread. A dead actor gives ``False``.
     """
     _refuse_inside_loop("flush", "flush_async")
-    refs = [h.__ray_call__.remote(_flush_actor, timeout) for h in _handles(actors)]
+    handles = _handles(list(groups().values()) if actors is None else actors)
+    refs = [h.__ray_call__.remote(_worker.flush, timeout) for h in handles]
     out = []
     for ref in refs:
         try:
@@ -239,8 +468,10 @@ def flush(actors: Sequence[Any], timeout: float | None = 60.0) -> list[bool]:
     return out
 
 
-async def flush_async(actors: Sequence[Any], timeout: float | None = 60.0) -> list[bool]:
+async def flush_async(actors: Sequence[Any] | None = None, timeout: float | None = 60.0) -> list[bool]:
     """The async twin of :func:`flush`."""
-    refs = [h.__ray_call__.remote(_flush_actor, timeout) for h in _handles(actors)]
+    handles = _handles(list(groups().values()) if actors is None else actors)
+    refs = [h.__ray_call__.remote(_worker.flush, timeout) for h in handles]
     results = await asyncio.gather(*refs, return_exceptions=True)
     return [r is True for r in results]
+
