@@ -113,6 +113,12 @@ def _by_value(fn: types.FunctionType, role: str | None) -> dict[str, Any]:
             for name in ("__code__", "__globals__", "__closure__", "__defaults__", "__kwdefaults__")}
 
 
+#: The trampolines' function names, and the end of the path of the file they are defined in (how a
+#: worker tells them from bare copies; the copy keeps the path of the process that pickled it).
+TRAMPOLINES = frozenset({"agen", "coro", "gen", "call"})
+TRAMPOLINE_FILE = "profctx/_decorate.py"
+
+
 def _trampoline(fn: Any, role: str | None) -> Callable[..., Any]:
     made: list[Any] = []  # this copy's wrapper, built at its first call (in the process it was copied to)
 

@@ -92,8 +92,6 @@ def _undecorated(cls: type) -> list[str]:
     cloudpickle copies a class defined in the driver's ``__main__`` by value and drops the
     wrapper (it sees the function the wrapper proxies); the role it had survives as an attribute.
     """
-    from .._decorate import ProfiledFunction
-
     seen: dict[str, Any] = {}
     for klass in cls.__mro__:  # the raw class attributes: looking them up would bind the wrappers
         for name, value in vars(klass).items():
@@ -101,9 +99,26 @@ def _undecorated(cls: type) -> list[str]:
     found = []
     for name, value in seen.items():
         inner = value.__func__ if isinstance(value, (classmethod, staticmethod)) else value
-        if getattr(inner, "__profctx_role__", None) is not None and not isinstance(inner, ProfiledFunction):
+        if getattr(inner, "__profctx_role__", None) is not None and not _decorated(inner):
             found.append(name)
     return sorted(found)
+
+
+def _decorated(fn: Any) -> bool:
+    """Whether ``fn``, or a function it wraps (Ray wraps actor methods in its tracing shims), is profctx's."""
+    from .._decorate import TRAMPOLINE_FILE, TRAMPOLINES, ProfiledFunction
+
+    for _ in range(8):
+        if isinstance(fn, ProfiledFunction):
+            return True
+        code = getattr(fn, "__code__", None)
+        if code is not None and code.co_name in TRAMPOLINES and code.co_filename.replace("\\", "/").endswith(
+                TRAMPOLINE_FILE):
+            return True  # a by-value copy that decorates itself again when called (_decorate._by_value)
+        fn = getattr(fn, "__wrapped__", None)
+        if fn is None:
+            return False
+    return False
 
 
 def step_enter(actor: Any, step: int) -> bool:

@@ -20,6 +20,7 @@ def _where() -> dict[str, Any]:
     return {
         "step": scope.step,
         "path": scope.path,
+        "group": identity.group if identity else None,
         "rank": identity.rank if identity else None,
         "world_size": identity.world_size if identity else None,
         "run_id": runtime.run_id if runtime is not None else None,
@@ -54,3 +55,31 @@ class Worker:
     def reset(self) -> bool:
         profctx.reset()
         return True
+
+
+class Plain:
+    """Not made remote here: the driver calls ``ray.remote(Plain)`` itself (verl's pattern)."""
+
+    @profctx.profiled(role="plain_work")
+    def work(self, **kwargs: Any) -> dict[str, Any]:
+        return {**_where(), "kwargs": sorted(kwargs)}
+
+    def undecorated(self) -> dict[str, Any]:
+        return _where()
+
+
+class PlainAsync:
+    """An async actor class (any ``async def`` makes Ray run the actor on an event loop)."""
+
+    @profctx.profiled(role="async_work")
+    async def work(self, **kwargs: Any) -> dict[str, Any]:
+        await asyncio.sleep(0)
+        return {**_where(), "kwargs": sorted(kwargs)}
+
+    def undecorated(self) -> dict[str, Any]:
+        return _where()
+
+
+def where(actor: Any) -> dict[str, Any]:
+    """Run through ``__ray_call__``: where this actor process stands."""
+    return _where()

@@ -28,10 +28,10 @@ def test_demo_writes_traces_for_every_role_and_rank_and_lists_them(tmp_path: Pat
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     records = _manifest.read(save)
-    got = sorted((r["step"], r["role"], r["rank"], r["status"]) for r in records)
-    assert got == [(2, "actor_update", 0, "ok"), (2, "actor_update", 1, "ok"),
-                   (2, "ref_compute_log_prob", 0, "ok"), (2, "ref_compute_log_prob", 1, "ok"),
-                   (2, "rollout", 0, "ok")]
+    got = sorted((r["step"], r["role"], r.get("group"), r["rank"], r["status"]) for r in records)
+    assert got == [(2, "actor_update", "actor", 0, "ok"), (2, "actor_update", "actor", 1, "ok"),
+                   (2, "ref_compute_log_prob", "actor", 0, "ok"), (2, "ref_compute_log_prob", "actor", 1, "ok"),
+                   (2, "rollout", "rollout", 0, "ok")]
     assert len({r["run"] for r in records}) == 1  # every process of the run shares the driver's run id
     assert {r["world_size"] for r in records if r["role"] != "rollout"} == {2}
     expected = {"rollout": "aten::multinomial", "ref_compute_log_prob": "aten::_log_softmax",

@@ -1,4 +1,4 @@
-"""Scope and config reach Ray actors; fan-out from sync and async code; failures; ``__main__`` classes."""
+"""Worker groups on a real local Ray cluster: the driver drives its workers' steps; failures; import orders."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -19,150 +19,246 @@ from profctx import _manifest
 
 ray = pytest.importorskip("ray")
 pray = pytest.importorskip("profctx.ray")
-from _actors import Worker  # noqa: E402 - after the skip: needs ray
+from _actors import Plain, PlainAsync, Worker, where  # noqa: E402 - after the skip: needs ray
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def workers(ray_cluster: Any) -> list[Any]:
-    """Two actors shared by the module's tests (actor processes are slow to start here)."""
-    return [Worker.remote() for _ in range(2)]  # type: ignore[attr-defined]
-
-
 def _configure(save_path: Path, **fields: Any) -> None:
-    profctx.configure(steps="1:3", mode="role", ranks="all", save_path=str(save_path), tool="recording",
-                      warmup=False, **fields)
+    base: dict[str, Any] = dict(steps="2:4", mode="role", ranks="all", save_path=str(save_path), tool="recording",
+                                warmup=False)
+    base.update(fields)
+    profctx.configure(**base)
 
 
-def _captures(save_path: Path, pids: set[int]) -> list[dict[str, Any]]:
-    return [r for r in _manifest.read(save_path) if r.get("pid") in pids]
+def _remote(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in records if r.get("group") is not None]
 
 
-def test_scope_and_config_reach_the_actors(workers: list[Any], tmp_path: Path) -> None:
-    _configure(tmp_path, run_id="run-ray")
-    with profctx.profile_step(1, role="train"):
-        seen = pray.fan_out([(w, "work") for w in workers])
-        assert ray.get(workers[0].plain.remote(1)) == 2  # unprofiled methods get no extra keyword
-    with profctx.profile_step(5, role="train"):  # outside the window: scope arrives, nothing captured
-        late = ray.get(workers[0].work.remote())
-    assert [(s["step"], s["path"]) for s in seen] == [(1, "train/work"), (1, "train/work")]
-    assert [(s["rank"], s["world_size"]) for s in seen] == [(0, 2), (1, 2)]
-    assert {s["run_id"] for s in seen} == {"run-ray"}
-    assert (late["step"], late["path"]) == (5, "train/work")
-    assert pray.flush(workers) == [True, True]
-    remote = _captures(tmp_path, {s["pid"] for s in seen})
-    assert sorted((r["rank"], r["world_size"], r["step"], r["role"], r["status"]) for r in remote) == [
-        (0, 2, 1, "train/work", "ok"), (1, 2, 1, "train/work", "ok")]
-    for record in remote:
-        assert (tmp_path / record["files"][0]["path"]).is_file()
+@pytest.fixture(scope="module")
+def sync_workers(ray_cluster: Any) -> list[Any]:
+    """Two plain (sync) actors made remote by the driver, shared by the module's tests."""
+    return [ray.remote(num_cpus=0)(Plain).remote() for _ in range(2)]
 
 
-def test_plain_calls_carry_the_scope_and_as_rank_sets_the_identity(ray_cluster: Any, tmp_path: Path) -> None:
-    _configure(tmp_path)
-    fresh = Worker.remote()  # type: ignore[attr-defined]
-    with profctx.profile_step(2, role="rollout"), pray.as_rank(3, 4):
-        seen = ray.get(fresh.async_work.remote())
-    with profctx.profile_step(2, role="rollout"), pray.as_rank(0, 4):
-        again = ray.get(fresh.async_work.remote())
-    assert (seen["step"], seen["path"], seen["rank"], seen["world_size"]) == (2, "rollout/async_work", 3, 4)
-    assert (again["rank"], again["world_size"]) == (3, 4)  # one actor process is one rank
-    ray.kill(fresh)
+@pytest.fixture(autouse=True)
+def _fresh() -> Any:
+    yield
+    profctx.reset()
 
 
-def test_a_worker_that_resets_profctx_still_receives_carried_calls(ray_cluster: Any, tmp_path: Path) -> None:
-    _configure(tmp_path)
-    fresh = Worker.remote()  # type: ignore[attr-defined]
-    assert ray.get(fresh.reset.remote())
-    with profctx.profile_step(1, role="train"):
-        seen = ray.get(fresh.work.remote())  # the reserved keyword is still removed, not passed on
-    assert (seen["step"], seen["path"]) == (1, "train/work")
-    ray.kill(fresh)
+def test_members_join_with_the_drivers_config_and_their_group_identity(sync_workers: list[Any],
+                                                                       tmp_path: Path) -> None:
+    _configure(tmp_path, run_id="run-groups")
+    grp = pray.group("actor", sync_workers)
+    assert [m.rank for m in grp.members] == [0, 1] and grp.world_size == 2
+    assert all(m.main for m in grp.members)  # Ray runs a sync actor's calls on its main thread
+    seen = [ray.get(w.__ray_call__.remote(where)) for w in sync_workers]
+    assert [(s["group"], s["rank"], s["world_size"], s["run_id"]) for s in seen] == [
+        ("actor", 0, 2, "run-groups"), ("actor", 1, 2, "run-groups")]
+    assert [s["step"] for s in seen] == [None, None]  # no step held outside the driver's steps
+    for step in (1, 2, 5):
+        with profctx.profile_step(step, role="train"):
+            out = pray.fan_out([(w, "work") for w in sync_workers], kwargs={"user": 1})
+            plain = ray.get(sync_workers[0].undecorated.remote())
+        held = step in (2, 3)
+        # The worker knows the step only while its driver is in an in-window step; its roles are its own.
+        assert [(o["step"], o["path"], o["kwargs"]) for o in out] == [
+            (step if held else None, "plain_work" if held else "", ["user"])] * 2
+        assert plain["step"] == (step if held else None)
+    assert pray.flush() == [True, True]
+    records = _remote(_manifest.read(tmp_path))
+    assert sorted((r["group"], r["rank"], r["world_size"], r["step"], r["role"]) for r in records) == [
+        ("actor", 0, 2, 2, "plain_work"), ("actor", 1, 2, 2, "plain_work")]
+    assert {r["run"] for r in records} == {"run-groups"}
+    assert all("actor-rank" in r["files"][0]["path"] for r in records)  # file names carry the group
 
 
-def test_fan_out_from_sync_and_async_callers_at_once(workers: list[Any], tmp_path: Path) -> None:
-    _configure(tmp_path)
+def _spy_control(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    calls: Counter[str] = Counter()
+    original = pray.Driver._refs
 
-    async def main() -> tuple[list[Any], list[Any], float]:
-        with pytest.raises(RuntimeError, match="fan_out_async"):
-            pray.fan_out([(w, "work") for w in workers])  # a blocking ray.get has no place in a loop
-        async with profctx.profile_step(2, role="async"):
-            t0 = time.perf_counter()
-            from_async, from_thread = await asyncio.gather(
-                pray.fan_out_async([w.async_work for w in workers], (0.4,)),
-                asyncio.to_thread(pray.fan_out, [(w, "async_work") for w in workers], (0.4,)),
-            )
-            return from_async, from_thread, time.perf_counter() - t0
+    def counting(self: Any, fn: Any, step: int) -> list[Any]:
+        refs = original(self, fn, step)
+        calls[fn.__name__] += len(refs)
+        return refs
 
-    from_async, from_thread, elapsed = asyncio.run(main())
-    assert [(s["step"], s["path"], s["rank"]) for s in from_async] == [(2, "async/async_work", 0),
-                                                                      (2, "async/async_work", 1)]
-    assert [(s["path"], s["rank"], s["world_size"]) for s in from_thread] == [("async/async_work", 0, 2),
-                                                                             ("async/async_work", 1, 2)]
-    assert elapsed < 1.2, f"4 calls of 0.4 s on 2 async actors took {elapsed:.2f} s: not concurrent"
+    monkeypatch.setattr(pray.Driver, "_refs", counting)
+    return calls
 
 
-def test_a_dying_and_a_raising_actor_do_not_stop_the_others(workers: list[Any], tmp_path: Path) -> None:
-    _configure(tmp_path)
-    raising = Worker.remote("raise")  # type: ignore[attr-defined]
-    dying = Worker.remote("die")  # type: ignore[attr-defined]
-    ok_pid = ray.get(workers[0].work.remote())["pid"]
-    with profctx.profile_step(1, role="train"):
-        with pytest.raises(ValueError, match="boom from the worker") as info:
-            pray.fan_out([(workers[0], "work"), (raising, "work"), (dying, "work")], (0.5,))
-        errors = pray.fan_out([(workers[0], "work"), (raising, "work")], return_exceptions=True)
-    assert isinstance(info.value, ray.exceptions.RayTaskError)  # what ray.get raises, unchanged
-    assert isinstance(errors[1], ValueError) and errors[0]["pid"] == ok_pid
-    assert pray.flush([workers[0], raising, dying]) == [True, True, False]
+@pytest.mark.parametrize("contiguous", [False, True])
+def test_step_mode_is_one_capture_per_worker_per_step_whatever_it_serves(
+        sync_workers: list[Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, contiguous: bool) -> None:
+    calls = _spy_control(monkeypatch)
+    _configure(tmp_path, mode="step", contiguous=contiguous, profile_driver=False)
+    pray.group("actor", sync_workers)
+    for step in range(1, 6):
+        with profctx.profile_step(step):
+            for _ in range(3):  # several calls per step, decorated or not
+                pray.fan_out([(w, "work") for w in sync_workers])
+                ray.get([w.undecorated.remote() for w in sync_workers])
+    pray.flush()
     records = _manifest.read(tmp_path)
-    ok = [r for r in records if r.get("pid") == ok_pid and r.get("kind") == "role"]
-    assert [r["status"] for r in ok] == ["ok", "ok"]  # the slow worker stopped and wrote its trace
-    assert all((tmp_path / r["files"][0]["path"]).is_file() for r in ok)
-    remote = sorted((r["rank"], r["status"], r["reason"]) for r in records if r.get("kind") == "remote")
-    assert remote == [(1, "failed", "the actor call work raised"), (1, "failed", "the actor call work raised"),
-                      (2, "failed", "the actor running work died")]
-    died = [r for r in records if r.get("kind") == "role" and r.get("rank") == 2]
-    assert [r["status"] for r in died] == ["open"]  # started, never finished: the process died
+    assert not [r for r in records if r.get("group") is None]  # profile_driver=False: the driver files nothing
+    got = sorted((r["rank"], tuple(r["steps"]), r["kind"], r["status"]) for r in _remote(records))
+    if contiguous:
+        assert got == [(0, (2, 3), "step", "ok"), (1, (2, 3), "step", "ok")]
+    else:
+        assert got == [(0, (2,), "step", "ok"), (0, (3,), "step", "ok"), (1, (2,), "step", "ok"),
+                       (1, (3,), "step", "ok")]
+    # Two in-window steps x two workers, entered and left; out of the window no control call at all.
+    assert calls == {"step_enter": 4, "step_exit": 4}
 
 
-MAIN_SCRIPT = textwrap.dedent("""
-    import json, sys
-    import ray
-    import profctx, profctx.ray
+def test_ranks_contents_and_the_driver_are_chosen_per_group(ray_cluster: Any, tmp_path: Path) -> None:
+    actors = [ray.remote(num_cpus=0)(Plain).remote() for _ in range(2)]
+    rollout = [ray.remote(num_cpus=0)(PlainAsync).remote()]
+    _configure(tmp_path, mode="step", ranks={"actor": [1], "rollout": "all"}, contents={"actor": ["cpu", "shapes"]},
+               profile_driver=False)
+    pray.group("actor", actors)
+    grp = pray.group("rollout", rollout)
+    assert [m.main for m in grp.members] == [False]  # an async actor: control calls run off its main thread
+    with profctx.profile_step(2):
+        pray.fan_out([(a, "work") for a in actors])
+        pray.fan_out([(r, "work") for r in rollout])
+    pray.flush()
+    records = _manifest.read(tmp_path)
+    assert sorted((r.get("group"), r["rank"], r["step"]) for r in records) == [("actor", 1, 2), ("rollout", 0, 2)]
+    for actor in (*actors, *rollout):
+        ray.kill(actor)
+
+
+def test_a_worker_that_configured_itself_keeps_its_config(ray_cluster: Any, tmp_path: Path) -> None:
+    own = tmp_path / "own"
+    worker = ray.remote(num_cpus=0)(Plain).remote()
+    ray.get(worker.__ray_call__.remote(_configure_here, str(own)))
+    _configure(tmp_path / "driver")
+    pray.group("actor", [worker])
+    with profctx.profile_step(2):
+        out = ray.get(worker.work.remote())
+    assert (out["step"], out["path"], out["group"]) == (2, "plain_work", None)  # still its own identity
+    pray.flush()
+    assert [r["role"] for r in _manifest.read(own)] == ["plain_work"]
+    ray.kill(worker)
+
+
+def _configure_here(actor: Any, save_path: str) -> None:
+    profctx.configure(steps=[2], mode="role", ranks="all", save_path=save_path, tool="recording", warmup=False)
+
+
+def test_async_drivers_await_the_control_calls(sync_workers: list[Any], tmp_path: Path) -> None:
+    _configure(tmp_path)
+    pray.group("actor", sync_workers)
+
+    async def main() -> list[Any]:
+        with pytest.raises(RuntimeError, match="fan_out_async"):
+            pray.fan_out([(w, "work") for w in sync_workers])  # a blocking ray.get has no place in a loop
+        async with profctx.profile_step(2):
+            return await pray.fan_out_async([w.work for w in sync_workers])
+
+    out = asyncio.run(main())
+    assert [(o["step"], o["path"], o["rank"]) for o in out] == [(2, "plain_work", 0), (2, "plain_work", 1)]
+
+
+def test_failures_carry_the_actors_message_and_role_and_only_in_window(ray_cluster: Any, tmp_path: Path) -> None:
+    ok, raising, dying = (Worker.remote(b) for b in ("ok", "raise", "die"))  # type: ignore[attr-defined]
+    _configure(tmp_path)
+    pray.group("actor", [ok, raising, dying])
+    with profctx.profile_step(1):  # out of the window: nothing recorded, the error passes through
+        with pytest.raises(ValueError, match="boom from the worker"):
+            pray.fan_out([(raising, "work")])
+    with profctx.profile_step(2, role="train"):
+        with pytest.raises(ValueError, match="boom from the worker") as info:
+            pray.fan_out([(ok, "work"), (raising, "work"), (dying, "work")], (0.3,))
+    assert isinstance(info.value, ray.exceptions.RayTaskError)  # what ray.get raises, unchanged
+    assert pray.flush([ok, raising, dying]) == [True, True, False]
+    failed = sorted((r["kind"], r.get("group") or "", r.get("rank"), r.get("target_rank"), r["role"], r["error"],
+                     r["reason"]) for r in _manifest.read(tmp_path) if r["status"] == "failed")
+    assert failed == [
+        ("remote", "", 0, 2, "train/work", "ActorDiedError: The actor died unexpectedly before finishing this task.",
+         "the actor running work died"),
+        ("remote", "actor", 1, None, "work", "ValueError: boom from the worker", "the call work raised"),
+    ]
+    assert not any("\x1b[" in r.get("error", "") for r in _manifest.read(tmp_path) if r.get("error"))
+
+
+DRIVER = textwrap.dedent("""
+    import json, os, sys
+    {imports}
 
     @ray.remote(num_cpus=0)
-    class Local:
-        @profctx.profiled(role="update")
-        def update(self, x):
+    class InMain:
+        @profctx.profiled(role="main_work")
+        def work(self, **kwargs):
             scope = profctx.current()
-            return [x, scope.step, scope.path]
+            return [scope.step, scope.path, sorted(kwargs)]
 
-        @profctx.profiled
-        async def generate(self):
-            return profctx.current().path
+    @ray.remote(num_cpus=0, max_concurrency=4)
+    class Threaded:
+        @profctx.profiled(role="threaded_work")
+        def work(self, **kwargs):
+            scope = profctx.current()
+            return [scope.step, scope.path, sorted(kwargs)]
 
     if __name__ == "__main__":
-        ray.init(address=sys.argv[2], logging_level="WARNING", log_to_driver=False)
-        profctx.configure(steps=[3], mode="role", ranks="all", save_path=sys.argv[1], tool="recording")
-        actors = [Local.remote() for _ in range(2)]
-        with profctx.profile_step(3, role="train"):
-            out = profctx.ray.fan_out([(a, "update") for a in actors], (7,))
-            out.append(ray.get(actors[0].generate.remote()))
-        profctx.ray.flush(actors)
+        ray.init(address=sys.argv[2], logging_level="WARNING", log_to_driver=False,
+                 runtime_env={{"env_vars": {{"PYTHONPATH": os.environ["PYTHONPATH"]}}}})
+        profctx.configure(steps=[3], mode=sys.argv[3], ranks="all", save_path=sys.argv[1], tool="recording",
+                          warmup=False)
+        import _actors
+        kinds = {{
+            "main": InMain.remote(),
+            "threaded": Threaded.remote(),
+            "remote_by_driver": ray.remote(num_cpus=0)(_actors.Plain).remote(),
+            "async_by_driver": ray.remote(num_cpus=0)(_actors.PlainAsync).remote(),
+            "options": ray.remote(_actors.Plain).options(num_cpus=0, name="opt", max_concurrency=2).remote(),
+        }}
+        for name, actor in kinds.items():
+            profctx.ray.group(name, [actor])
+        out = {{}}
+        for step in (2, 3):
+            with profctx.profile_step(step):
+                for name, actor in kinds.items():
+                    got = ray.get(actor.work.options(name="call-" + name).remote(extra=1))
+                    got = [got["step"], got["path"], got["kwargs"]] if isinstance(got, dict) else got
+                    out[f"{{name}}:{{step}}"] = got
+        profctx.ray.flush()
         print(json.dumps(out))
 """)
 
+IMPORTS = {
+    "ray-first": "import ray\nimport profctx, profctx.ray",
+    "profctx-first": "import profctx, profctx.ray\nimport ray",
+    "user-module-first": "import _actors\nimport profctx\nimport ray\nimport profctx.ray",
+}
 
-def test_actor_class_defined_in_a_driver_script_still_profiles(ray_cluster: Any, tmp_path: Path) -> None:
+
+@pytest.mark.parametrize("mode", ["role", "step"])
+@pytest.mark.parametrize("order", list(IMPORTS))
+def test_every_import_order_class_location_and_actor_kind(ray_cluster: Any, tmp_path: Path, order: str,
+                                                          mode: str) -> None:
+    if mode == "step" and order != "ray-first":
+        pytest.skip("step mode does not depend on decorators: one import order is enough")
     script = tmp_path / "driver.py"
-    script.write_text(MAIN_SCRIPT)
+    script.write_text(DRIVER.format(imports=IMPORTS[order]))
     save = tmp_path / "out"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run([sys.executable, str(script), str(save), ray_cluster.address_info["gcs_address"]],
-                          capture_output=True, text=True, timeout=120, env=env)
+    here = str(Path(__file__).parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([here, *sys.path])}
+    done = subprocess.run([sys.executable, str(script), str(save), ray_cluster.address_info["gcs_address"], mode],
+                          capture_output=True, text=True, timeout=180, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    assert out == [[7, 3, "train/update"], [7, 3, "train/update"], "train/Local.generate"]
-    remote = [r for r in _manifest.read(save) if r.get("world_size") == 2]
-    assert sorted((r["rank"], r["role"], r["status"]) for r in remote) == [
-        (0, "train/Local.generate", "ok"), (0, "train/update", "ok"), (1, "train/update", "ok")]
+    roles = {"main": "main_work", "threaded": "threaded_work", "remote_by_driver": "plain_work",
+             "async_by_driver": "async_work", "options": "plain_work"}
+    for name, role in roles.items():
+        assert out[f"{name}:2"] == [None, "", ["extra"]]  # out of window: no step, no role, the user's kwargs only
+        assert out[f"{name}:3"] == [3, role, ["extra"]]  # step mode: the role is a range of the step capture
+    records = [r for r in _manifest.read(save) if r.get("group") is not None]
+    if mode == "role":
+        assert sorted((r["group"], r["role"], r["step"], r["status"]) for r in records) == sorted(
+            (name, role, 3, "ok") for name, role in roles.items())
+    else:
+        assert sorted((r["group"], r["kind"], r["steps"], r["status"]) for r in records) == sorted(
+            (name, "step", [3], "ok") for name in roles)
+    assert "arrived without profctx's wrapper" not in done.stderr
