@@ -46,6 +46,8 @@ NOT_RUNNABLE: dict[tuple[str, str], str] = {
         "HTA is the optional test group 'hta' (tests/cli/test_hta.py runs this when installed)",
     ("docs/distributed.md", "class Trainer:"):
         "starts Ray actors and uses the reader's batch; tests/ray runs the same pattern",
+    ("docs/distributed.md", "ranks={\"actor\": [0, 1], \"rollout\": \"all\"}"):
+        "a fragment of configure(); tests/ray/test_ray.py selects per group the same way",
     ("docs/distributed.md", "pool.submit(profctx.bind(fn), x)"):
         "a fragment: pool, fn, x and an event loop are the reader's",
     ("docs/engines.md", "VLLMHttpAdapter(\"http://rollout-0:8000\""):
