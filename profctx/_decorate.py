@@ -109,8 +109,11 @@ def _by_value(fn: types.FunctionType, role: str | None) -> dict[str, Any]:
     module, docstring, annotations and ``inspect.signature`` stay the user's.
     """
     trampoline = _trampoline(fn, role)
-    return {name: property(lambda self, name=name: getattr(trampoline, name))
-            for name in ("__code__", "__globals__", "__closure__", "__defaults__", "__kwdefaults__")}
+
+    def shown(name: str) -> property:
+        return property(lambda self: getattr(trampoline, name))
+
+    return {name: shown(name) for name in ("__code__", "__globals__", "__closure__", "__defaults__", "__kwdefaults__")}
 
 
 #: The trampolines' function names, and the end of the path of the file they are defined in (how a

@@ -165,12 +165,11 @@ def test_failures_carry_the_actors_message_and_role_and_only_in_window(ray_clust
     ok, raising, dying = (Worker.remote(b) for b in ("ok", "raise", "die"))  # type: ignore[attr-defined]
     _configure(tmp_path)
     pray.group("actor", [ok, raising, dying])
-    with profctx.profile_step(1):  # out of the window: nothing recorded, the error passes through
-        with pytest.raises(ValueError, match="boom from the worker"):
-            pray.fan_out([(raising, "work")])
-    with profctx.profile_step(2, role="train"):
-        with pytest.raises(ValueError, match="boom from the worker") as info:
-            pray.fan_out([(ok, "work"), (raising, "work"), (dying, "work")], (0.3,))
+    # Out of the window: nothing recorded, the error passes through.
+    with profctx.profile_step(1), pytest.raises(ValueError, match="boom from the worker"):
+        pray.fan_out([(raising, "work")])
+    with profctx.profile_step(2, role="train"), pytest.raises(ValueError, match="boom from the worker") as info:
+        pray.fan_out([(ok, "work"), (raising, "work"), (dying, "work")], (0.3,))
     assert isinstance(info.value, ray.exceptions.RayTaskError)  # what ray.get raises, unchanged
     assert pray.flush([ok, raising, dying]) == [True, True, False]
     failed = sorted((r["kind"], r.get("group") or "", r.get("rank"), r.get("target_rank"), r["role"], r["error"],
