@@ -483,6 +483,10 @@ class Runtime:
             except Exception as exc:  # noqa: BLE001 - a listener never breaks a capture
                 warn_once(f"listener:{listener!r}", "profctx: a manifest listener failed: %s", exc)
 
+    def manifest_writer(self) -> ManifestWriter | None:
+        """Return this process's manifest writer, once anything was recorded."""
+        return self._manifest
+
     def failure(self, what: str, exc: BaseException, *, in_flight: bool = False) -> None:
         """Handle a profiling failure: log once, keep it, raise only when asked to and safe."""
         message = f"{type(exc).__name__}: {exc}"

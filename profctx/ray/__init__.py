@@ -17,10 +17,12 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import ray
 
+from .._layout import MANIFEST_DIR
 from .._log import warn_once
 from .._owner import OWNER
 from .._propagate import _config_dict
@@ -48,6 +50,10 @@ class Member:
     pid: int | None = None
     host: str | None = None
     main: bool = True
+    #: Whether the driver copies this member's files (it does not write where the driver reads).
+    collect: bool = False
+    #: For a collected member: bytes of each file copied so far, by path under save_path.
+    copied: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -91,13 +97,15 @@ class Driver:
         config = OWNER.config
         runtime = OWNER.runtime
         carried = _config_dict(config) if config is not None and config.active else None
+        spec: dict[str, Any] = {"group": grp.name, "world_size": grp.world_size, "config": carried}
+        if runtime is not None and carried is not None:
+            # Absolute: a worker's working folder is not the driver's.
+            carried = spec["config"] = {**carried, "save_path": str(runtime.save_path)}
+            spec["save_path"] = str(runtime.save_path)
+            spec["probe"] = str(_probe(runtime))
         grp.sent = config
         grp.sent_run = runtime.run_id if runtime is not None else None
-        return [
-            m.handle.__ray_call__.remote(_worker.join, {"group": grp.name, "rank": m.rank,
-                                                        "world_size": grp.world_size, "config": carried})
-            for m in grp.members
-        ]
+        return [m.handle.__ray_call__.remote(_worker.join, {**spec, "rank": m.rank}) for m in grp.members]
 
     def joined(self, grp: WorkerGroup, results: Sequence[Any]) -> None:
         """Note where each member runs; warn about duplicate claims and undecorated methods, once each."""
@@ -107,12 +115,14 @@ class Driver:
                           grp.name, member.rank, _message(result))
                 continue
             member.pid, member.host, member.main = result["pid"], result["host"], result["main"]
-            claimed = self.claims.setdefault((grp.name, member.rank), member.pid)
+            member.collect = bool(result.get("collect"))
+            group_name, rank = result.get("identity") or (grp.name, member.rank)
+            claimed = self.claims.setdefault((str(group_name), int(rank)), member.pid)
             if claimed != member.pid:
-                warn_once(f"claim:{grp.name}:{member.rank}",
-                          "profctx: two processes (pids %s and %s) claim worker group %r rank %s; their files "
-                          "would share one name pattern: register each actor once, with distinct ranks",
-                          claimed, member.pid, grp.name, member.rank)
+                warn_once(f"claim:{group_name}:{rank}",
+                          "profctx: two processes (pids %s and %s) claim worker group %r rank %s; their rows "
+                          "and files would be mixed up: give each process its own group and rank",
+                          claimed, member.pid, group_name, rank)
             if result.get("undecorated"):
                 warn_once(f"undecorated:{grp.name}",
                           "profctx: in worker group %r, @profiled methods %s arrived without profctx's wrapper: "
@@ -129,11 +139,18 @@ class Driver:
 
     def _refs(self, fn: Any, step: int) -> list[Any]:
         refs: list[Any] = []
+        leaving = fn is _worker.step_exit
         for grp in list(self.groups.values()):
             if grp.sent is not OWNER.config:
                 refs.extend(self.join_refs(grp))  # reconfigured: members take the new config first
-            refs.extend(m.handle.__ray_call__.remote(fn, step) for m in grp.members)
+            for m in grp.members:
+                args = (step, True) if leaving and m.collect else (step,)
+                refs.append(m.handle.__ray_call__.remote(fn, *args))
         return refs
+
+    def collected(self) -> list[Member]:
+        """The members whose files the driver copies."""
+        return [m for grp in self.groups.values() for m in grp.members if m.collect]
 
     def _claim(self, step: int | None) -> bool:
         with self._lock:
@@ -152,6 +169,8 @@ class Driver:
     def exit(self, runtime: Any, handle: object) -> None:
         try:
             _wait(self._refs(_worker.step_exit, handle), "leave step")  # type: ignore[arg-type]
+            if self.collected():
+                collect(runtime, self.collected())
         finally:
             self.step = None
 
@@ -164,6 +183,8 @@ class Driver:
     async def aexit(self, runtime: Any, handle: object) -> None:
         try:
             await _await(self._refs(_worker.step_exit, handle), "leave step")  # type: ignore[arg-type]
+            if self.collected():
+                await asyncio.to_thread(collect, runtime, self.collected())
         finally:
             self.step = None
 
@@ -177,6 +198,59 @@ class Driver:
         self.groups.clear()
         self.claims.clear()
         self.step = None
+
+
+#: Bytes per chunk when the driver copies a worker's files (the most held in memory at once, per file).
+CHUNK = 8 * 2**20
+
+
+def _probe(runtime: Any) -> Path:
+    """Write (once per run) the file a worker looks for to tell whether it shares the driver's save_path."""
+    path: Path = runtime.save_path / MANIFEST_DIR / f"probe-{runtime.run_id}"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("profctx: a worker that sees this file shares the driver's save_path\n")
+    return path
+
+
+def collect(runtime: Any, members: Sequence[Member]) -> int:
+    """Copy what ``members`` wrote since the last copy into the driver's save_path; return the bytes copied.
+
+    For workers that do not share the driver's file system. Each file is read in chunks of
+    :data:`CHUNK` bytes through ``__ray_call__`` and appended where it belongs, so no trace is
+    ever held whole in memory; traces come before the manifest shard that names them. A
+    failure is logged once per member and the copy goes on at the next step.
+    """
+    root = runtime.save_path.resolve()
+    total = 0
+    for member in members:
+        try:
+            listing = ray.get(member.handle.__ray_call__.remote(_worker.listing), timeout=CONTROL_TIMEOUT)
+            for relative, size in listing:
+                target = (root / relative).resolve()
+                if root not in target.parents:
+                    raise ValueError(f"{relative!r} is not under the save_path")
+                done = member.copied.get(relative, 0)
+                if size < done:  # rewritten (a shard recreated after it was deleted): start again
+                    done = 0
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with open(target, "r+b" if done and target.exists() else "wb") as out:
+                    out.seek(done)
+                    while done < size:
+                        chunk = ray.get(member.handle.__ray_call__.remote(
+                            _worker.read_chunk, relative, done, min(CHUNK, size - done)), timeout=CONTROL_TIMEOUT)
+                        if not chunk:
+                            break
+                        out.write(chunk)
+                        done += len(chunk)
+                        total += len(chunk)
+                    out.truncate(done)
+                member.copied[relative] = done
+        except Exception as exc:  # noqa: BLE001 - copying later is better than breaking the step
+            warn_once(f"collect:{member.pid}:{type(exc).__name__}",
+                      "profctx: could not copy the files of worker pid %s to the driver: %s", member.pid,
+                      _message(exc))
+    return total
 
 
 def _wait(refs: list[Any], what: str) -> None:
@@ -465,7 +539,17 @@ def flush(actors: Sequence[Any] | None = None, timeout: float | None = 60.0) -> 
             out.append(bool(ray.get(ref)))
         except Exception:  # noqa: BLE001 - a dead actor has nothing left to write
             out.append(False)
+    _collect_from(handles)
     return out
+
+
+def _collect_from(handles: Sequence[Any]) -> None:
+    runtime, driver = OWNER.runtime, OWNER.driver
+    if runtime is None or not isinstance(driver, Driver):
+        return
+    members = [m for m in driver.collected() if any(m.handle == h for h in handles)]
+    if members:
+        collect(runtime, members)
 
 
 async def flush_async(actors: Sequence[Any] | None = None, timeout: float | None = 60.0) -> list[bool]:
@@ -473,5 +557,6 @@ async def flush_async(actors: Sequence[Any] | None = None, timeout: float | None
     handles = _handles(list(groups().values()) if actors is None else actors)
     refs = [h.__ray_call__.remote(_worker.flush, timeout) for h in handles]
     results = await asyncio.gather(*refs, return_exceptions=True)
+    await asyncio.to_thread(_collect_from, handles)
     return [r is True for r in results]
 

@@ -14,6 +14,7 @@ one profctx control thread, so it always stops where it started.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import threading
@@ -54,6 +55,7 @@ def join(actor: Any, spec: Mapping[str, Any]) -> dict[str, Any]:
     ``@profiled`` methods of its class that arrived without their wrapper.
     """
     group, rank, world = spec["group"], spec["rank"], spec["world_size"]
+    probe = spec.get("probe")
     carried = OWNER.carried
     own = OWNER.config is not None and (carried is None or carried[3] is not OWNER.config)
     if carried is not None:
@@ -76,6 +78,13 @@ def join(actor: Any, spec: Mapping[str, Any]) -> dict[str, Any]:
             except ConfigError as exc:
                 error = str(exc)
                 logger.error("profctx: the driver's configuration cannot be used in this worker: %s", exc)
+    runtime = OWNER.runtime
+    save_path = str(runtime.save_path) if runtime is not None else None
+    identity = runtime.identity() if runtime is not None else None
+    # Files reach the driver by themselves when this process writes where the driver reads:
+    # the same folder, on a file system both see (the driver's probe file is visible here).
+    shared = save_path is not None and save_path == spec.get("save_path") and (
+        probe is None or os.path.exists(probe))
     return {
         "pid": os.getpid(),
         "host": socket.gethostname(),
@@ -83,6 +92,10 @@ def join(actor: Any, spec: Mapping[str, Any]) -> dict[str, Any]:
         "own_config": own,
         "undecorated": _undecorated(type(actor)),
         "error": error,
+        "save_path": save_path,
+        "collect": save_path is not None and not shared,
+        # What this process files as (its own configuration may say otherwise than the driver).
+        "identity": None if identity is None else [identity.group, identity.rank],
     }
 
 
@@ -137,10 +150,16 @@ def step_enter(actor: Any, step: int) -> bool:
     return _on_control_thread(enter)
 
 
-def step_exit(actor: Any, step: int) -> bool:
-    """Release the step :func:`step_enter` held (the driver left it); return whether one was held."""
+def step_exit(actor: Any, step: int, collect: bool = False) -> bool:
+    """Release the step :func:`step_enter` held (the driver left it); return whether one was held.
+
+    ``collect``: the driver copies this worker's files next (no shared file system), so wait
+    until the writer thread has written them.
+    """
     held: Held | None = OWNER.held
     if held is None or held.scope.step != step:
+        if collect and OWNER.runtime is not None:
+            OWNER.runtime.flush(CONTROL_TIMEOUT)
         return False
 
     def leave() -> bool:
@@ -151,7 +170,10 @@ def step_exit(actor: Any, step: int) -> bool:
             return False
         return True
 
-    return _on_control_thread(leave)
+    left = _on_control_thread(leave)
+    if collect and OWNER.runtime is not None:
+        OWNER.runtime.flush(CONTROL_TIMEOUT)
+    return left
 
 
 def flush(actor: Any, timeout: float | None) -> bool:
@@ -164,3 +186,47 @@ def flush(actor: Any, timeout: float | None) -> bool:
         return True
     _lifecycle.finalize(timeout)
     return runtime.flush(0)
+
+
+# -- files for a driver that does not share this worker's file system ---------------------------
+
+
+def listing(actor: Any) -> list[tuple[str, int]]:
+    """Return ``(path relative to save_path, size)`` of this worker's manifest shard and finished trace files.
+
+    Traces first, the shard last: a driver copying in this order never shows a record whose
+    files are not there yet.
+    """
+    runtime = OWNER.runtime
+    writer = runtime.manifest_writer() if runtime is not None else None
+    if runtime is None or writer is None or not writer.path.is_file():
+        return []
+    root = runtime.save_path
+    files: dict[str, int] = {}
+    with open(writer.path, "rb") as shard:
+        for line in shard:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            for entry in record.get("files") or ():
+                path = root / str(entry.get("path", ""))
+                if record.get("event") == "finished" and path.is_file():
+                    files[str(entry["path"])] = path.stat().st_size
+    out = sorted(files.items())
+    out.append((str(writer.path.relative_to(root)), writer.path.stat().st_size))
+    return out
+
+
+def read_chunk(actor: Any, relative: str, offset: int, size: int) -> bytes:
+    """Return up to ``size`` bytes of ``relative`` (under this worker's save_path) from ``offset``."""
+    runtime = OWNER.runtime
+    if runtime is None:
+        return b""
+    root = runtime.save_path.resolve()
+    path = (root / relative).resolve()
+    if root not in path.parents:
+        raise ValueError(f"{relative!r} is not under this worker's save_path")
+    with open(path, "rb") as file:
+        file.seek(offset)
+        return file.read(size)

@@ -143,8 +143,22 @@ def test_a_worker_that_configured_itself_keeps_its_config(ray_cluster: Any, tmp_
     ray.kill(worker)
 
 
-def _configure_here(actor: Any, save_path: str) -> None:
-    profctx.configure(steps=[2], mode="role", ranks="all", save_path=save_path, tool="recording", warmup=False)
+def _configure_here(actor: Any, save_path: str, **fields: Any) -> None:
+    profctx.configure(steps=[2], mode="role", ranks="all", save_path=save_path, tool="recording", warmup=False,
+                      **fields)
+
+
+def test_two_processes_claiming_one_group_rank_are_warned_about_once(
+        ray_cluster: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    own, other = (ray.remote(num_cpus=0)(Plain).remote() for _ in range(2))
+    ray.get(own.__ray_call__.remote(_configure_here, str(tmp_path), group="actor", rank=0, world_size=2))
+    _configure(tmp_path)
+    with caplog.at_level("WARNING", logger="profctx"):
+        pray.group("actor", [other, own], ranks=[0, 1])  # `own` files as actor rank 0 by its own config
+    warned = [r.getMessage() for r in caplog.records if "claim worker group 'actor' rank 0" in r.getMessage()]
+    assert len(warned) == 1
+    for actor in (own, other):
+        ray.kill(actor)
 
 
 def test_async_drivers_await_the_control_calls(sync_workers: list[Any], tmp_path: Path) -> None:
@@ -261,3 +275,71 @@ def test_every_import_order_class_location_and_actor_kind(ray_cluster: Any, tmp_
         assert sorted((r["group"], r["kind"], r["steps"], r["status"]) for r in records) == sorted(
             (name, "step", [3], "ok") for name in roles)
     assert "arrived without profctx's wrapper" not in done.stderr
+
+
+def test_workers_without_the_drivers_file_system_send_their_files_at_step_end(
+        ray_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pray, "CHUNK", 512)  # many chunks per trace: the copy is appended piece by piece
+    elsewhere = tmp_path / "worker-disk"  # the worker's own save root (PROFCTX_SAVE_PATH wins over the carried one)
+    worker = ray.remote(num_cpus=0)(Plain).options(
+        runtime_env={"env_vars": {"PROFCTX_SAVE_PATH": str(elsewhere)}}).remote()
+    driver_root = tmp_path / "driver"
+    _configure(driver_root, mode="step", tool="torch", contents=["cpu", "shapes"], compress=False, profile_driver=False)
+    (member,) = pray.group("actor", [worker]).members
+    assert member.collect  # it writes under another folder: the driver copies its files
+    with profctx.profile_step(2):
+        for _ in range(20):
+            ray.get(worker.work.remote())
+    # At the end of the step, before any flush, the trace and its record are in the driver's folder.
+    (record,) = [r for r in _manifest.read(driver_root) if r.get("group") == "actor"]
+    assert record["status"] == "ok" and record["steps"] == [2]
+    (entry,) = record["files"]
+    copy, original = driver_root / entry["path"], elsewhere / entry["path"]
+    assert copy.stat().st_size > 3 * 512
+    assert copy.read_bytes() == original.read_bytes()
+    with profctx.profile_step(3):
+        ray.get(worker.work.remote())
+    assert pray.flush() == [True]
+    steps = sorted(r["steps"][0] for r in _manifest.read(driver_root) if r.get("group") == "actor")
+    assert steps == [2, 3]
+    shards = sorted(p.name for p in (driver_root / ".profctx").glob("*.jsonl"))
+    assert shards == sorted(p.name for p in (elsewhere / ".profctx").glob("*.jsonl"))
+    ray.kill(worker)
+
+
+def test_group_arguments_are_checked_and_a_process_keeps_its_first_identity(
+        sync_workers: list[Any], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    _configure(tmp_path)
+    with pytest.raises(ValueError, match="no actors"):
+        pray.group("actor", [])
+    with pytest.raises(ValueError, match="reserved"):
+        pray.group("driver", sync_workers)
+    with pytest.raises(TypeError, match="not a Ray actor handle"):
+        pray.group("actor", [object()])
+    with pytest.raises(ValueError, match="one distinct rank per actor"):
+        pray.group("actor", sync_workers, ranks=[0, 0])
+    pray.group("actor", sync_workers)
+    with pytest.raises(ValueError, match="already registered"):
+        pray.group("actor", sync_workers)
+    with caplog.at_level("WARNING", logger="profctx"):
+        pray.group("actor-again", sync_workers[:1])
+        pray.group("actor-again2", sync_workers[1:], ranks=[0])
+    # The same process was already rank 0 / 1 of "actor": a second identity is refused (its first sticks).
+    seen = [ray.get(w.__ray_call__.remote(where)) for w in sync_workers]
+    assert [(s["group"], s["rank"]) for s in seen] == [("actor", 0), ("actor", 1)]
+
+
+def test_a_method_that_lost_its_wrapper_is_named(ray_cluster: Any) -> None:
+    from profctx.ray import _worker
+
+    def bare(self: Any) -> None: ...
+
+    bare.__profctx_role__ = "lost"  # type: ignore[attr-defined]
+
+    class Copied:
+        lost = bare
+
+        @profctx.profiled(role="kept")
+        def kept(self) -> None: ...
+
+    assert _worker._undecorated(Copied) == ["lost"]
