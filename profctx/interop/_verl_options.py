@@ -36,8 +36,12 @@ def tool_settings(
     primary: Role | None,
     tc: Mapping[str, Any],
     training: list[Role],
+    groups: dict[str, Any] | None = None,
 ) -> tuple[tuple[str, ...], dict[str, Any]]:
     """Return profctx's ``contents`` and ``tool_options`` for ``tool``.
+
+    A role whose contents differ from the primary role's keeps them as its worker group's
+    (``groups[role]["contents"]``, filled in here).
 
     ``tc`` is the primary role's block for ``tool``. Raise :class:`ConfigError` naming the
     verl field for an invalid content, level, option or schedule.
@@ -50,9 +54,13 @@ def tool_settings(
         for role in training[1:]:
             other = tool_config(role, tool)
             path = f"{role.field('tool_config')}.{tool}.contents"
-            if "contents" in other and _contents(report, role, tool, other, quiet=True) != contents:
-                report.note(path, other["contents"], f"profctx records one contents list for all roles: "
-                            f"{list(contents)} from {primary.name} is used; {instead('contents')}")
+            own = _contents(report, role, tool, other, quiet=True) if "contents" in other else contents
+            if own != contents and groups is not None and role.name:
+                groups.setdefault(primary.name, {}).setdefault("contents", list(contents))
+                groups.setdefault(role.name, {})["contents"] = list(own)
+                report.note(path, other["contents"], f"kept per role as groups.{role.name}.contents: register this "
+                            f"role's workers with profctx.ray.group({role.name!r}, <its worker group>.workers); "
+                            f"processes in no group record {list(contents)} from {primary.name}")
     if tool == "npu" and primary is not None:
         options = _npu_options(report, primary, tc, training)
     elif tool == "nsys":

@@ -117,4 +117,4 @@ def leaves(prefix: str, block: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
 def instead(field: str) -> str:
     """Return what a user can do instead when a per-role verl setting of ``field`` collapses to one value."""
     return (f"to keep this role's own {field}, call profctx.configure(..., {field.split('.')[0]}=...) "
-            "in its worker processes (profctx has no per-worker-group settings yet)")
+            "in its worker processes (worker groups carry ranks and contents per role, not this)")

@@ -12,7 +12,7 @@ from typing import Any, Final, Literal
 
 from .._errors import ConfigError
 from ._verl_input import as_flag, as_mapping
-from ._verl_report import Report, instead, leaves
+from ._verl_report import Report, leaves
 from ._verl_stages import LATEST, ROLLOUT_ROLE, STAGES
 
 #: verl role -> where its ``profiler`` block sits in the trainer config.
@@ -109,25 +109,33 @@ def read_role(report: Report, role: Role, g: Mapping[str, Any]) -> None:
         as_mapping(role.field("tool_config"), tool_config)
 
 
-def rank_selection(report: Report, training: list[Role]) -> tuple[int, ...] | Literal["all"]:
-    """Return profctx's ``ranks``: the union of the enabled training roles' selections."""
+def rank_selection(report: Report, training: list[Role]) -> tuple[tuple[int, ...] | Literal["all"], dict[str, Any]]:
+    """Return profctx's ``ranks`` (the union of the enabled training roles' selections) and per-role groups.
+
+    When the enabled roles select different ranks, each becomes the worker group of its name
+    with its own ranks (``groups``); the union stays for processes in no group.
+    """
     if not training:
-        return (0,)
+        return (0,), {}
     if any(r.all_ranks for r in training):
         union: tuple[int, ...] | Literal["all"] = "all"
     else:
         union = tuple(sorted({rank for r in training for rank in (r.ranks or (0,))}))
+    differ = any(role.selection != union for role in training)
+    groups: dict[str, Any] = {}
     for role in training:
         report.mapped(role.field("all_ranks"), "ranks ('all')")
         report.mapped(role.field("ranks"), "ranks (verl's rule: empty means rank 0)")
+        if differ and role.name:
+            groups[role.name] = {"ranks": role.selection}
         if role.selection != union:
             key = "all_ranks" if role.all_ranks or union == "all" else "ranks"
             value = role.all_ranks if key == "all_ranks" else list(role.ranks)
             shown = "all ranks" if union == "all" else f"ranks {list(union)}"
-            report.note(role.field(key), value, f"profctx has one rank selection for all roles: the union of "
-                        f"the enabled roles' ranks ({shown}) is used, so this role is profiled there too; "
-                        f"{instead('ranks')}")
-    return union
+            report.note(role.field(key), value, f"kept per role as groups.{role.name}.ranks: register this role's "
+                        f"workers with profctx.ray.group({role.name!r}, <its worker group>.workers); processes "
+                        f"in no group use the union of the roles' ranks ({shown})")
+    return union, groups
 
 
 def role_filter(roles: list[Role], enabled: list[Role], version: str) -> tuple[str, ...]:

@@ -53,6 +53,9 @@ class ProfilerSchema:
     ranks: Any = field(default_factory=_first)
     rank: Optional[int] = None  # noqa: UP045
     world_size: Optional[int] = None  # noqa: UP045
+    group: Optional[str] = None  # noqa: UP045
+    groups: dict[str, Any] = field(default_factory=dict)
+    profile_driver: bool = True
     save_path: str = "./profiles"
     tool: str = "torch"
     contents: list[str] = field(default_factory=list)

@@ -152,14 +152,16 @@ def _convert(data: Mapping[str, Any], version: str) -> Conversion:
     contiguous = (mode == "step") if sft else contiguous_steps(report, gpath, g, mode)
     if enable and mode == "step":
         note_whole_step_workers(report, roles, data)
-    ranks = rank_selection(report, training)
+    ranks, groups = rank_selection(report, training)
     patterns = role_filter(roles, enabled, version)
     if sft and mode == "role":
         patterns = STAGES[version]["sft"]  # discrete SFT: one capture per annotated train_batch call
     save_path = resolve_save_path(report, gpath, g, roles)
     account_hooks(report, gpath, g, roles)
     global_leftovers(report, gpath, g, tool)
-    contents, options = tool_settings(report, gpath, g, tool, primary, primary_config, training)
+    contents, options = tool_settings(report, gpath, g, tool, primary, primary_config, training, groups)
+    for entry in groups.values():
+        entry.setdefault("ranks", ranks)
     engines = engine_settings(report, data, tool, rollout, roles)
     for role in roles:
         if not enable or not role.enable:
@@ -175,6 +177,7 @@ def _convert(data: Mapping[str, Any], version: str) -> Conversion:
         contiguous=contiguous,
         roles=patterns,
         ranks=ranks,
+        groups=groups,
         save_path=save_path,
         tool=tool or "torch",
         contents=contents,

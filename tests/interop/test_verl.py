@@ -155,14 +155,25 @@ def test_mixed_discrete_roles_choose_role_mode_and_report(shape: str) -> None:
 # -- ranks ------------------------------------------------------------------------------------
 
 
-def test_ranks_are_the_union_and_differences_are_reported(shape: str) -> None:
+def test_per_role_ranks_become_worker_groups_and_the_union_stays_for_the_rest(shape: str) -> None:
     cfg = _profiling(shape, **{f"{ACTOR}.ranks": [0, 1], f"{CRITIC}.enable": True, f"{CRITIC}.ranks": [2]})
     conversion = convert(cfg, VERSION[shape])
-    assert conversion.config.ranks == (0, 1, 2)
+    config = conversion.config
+    assert config.ranks == (0, 1, 2)  # processes in no group
+    assert {name: g.ranks for name, g in config.groups.items()} == {"actor": (0, 1), "critic": (2,)}
+    assert config.selects("actor", 1) and not config.selects("actor", 2) and config.selects("critic", 2)
     assert conversion.config.roles == ()  # actor (with the fused ref), critic and rollout: every role
-    for path in (f"{ACTOR}.ranks", f"{CRITIC}.ranks"):
+    for path, name in ((f"{ACTOR}.ranks", "actor"), (f"{CRITIC}.ranks", "critic")):
         note = conversion.note(path)
-        assert note is not None and "one rank selection" in note.reason
+        assert note is not None and f"profctx.ray.group({name!r}" in note.reason
+
+
+def test_per_role_contents_become_worker_group_contents() -> None:
+    cfg = _profiling("jan2026", **{f"{ACTOR}.tool_config.torch.contents": ["cpu"], f"{CRITIC}.enable": True,
+                                   f"{CRITIC}.tool_config.torch.contents": ["cpu", "shapes"]})
+    config = convert(cfg).config
+    assert config.contents_of("critic") == ("cpu", "shapes")
+    assert config.contents_of("actor") == config.contents == ("cpu",)
 
 
 def test_all_ranks_wins(shape: str) -> None:
