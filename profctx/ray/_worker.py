@@ -14,6 +14,7 @@ one profctx control thread, so it always stops where it started.
 
 from __future__ import annotations
 
+import inspect
 import os
 import socket
 import threading
@@ -91,8 +92,14 @@ def _undecorated(cls: type) -> list[str]:
 
     cloudpickle copies a class defined in the driver's ``__main__`` by value and drops the
     wrapper (it sees the function the wrapper proxies); the role it had survives as an attribute.
+    A decorator applied over ``@profiled`` with ``functools.wraps`` (verl's ``@register``) copies
+    that attribute too, onto a function that calls the wrapper: such a method is decorated,
+    found by following ``__wrapped__`` down to the wrapper.
     """
     from .._decorate import ProfiledFunction
+
+    def profiled(fn: Any) -> bool:
+        return isinstance(fn, ProfiledFunction)
 
     seen: dict[str, Any] = {}
     for klass in cls.__mro__:  # the raw class attributes: looking them up would bind the wrappers
@@ -101,7 +108,13 @@ def _undecorated(cls: type) -> list[str]:
     found = []
     for name, value in seen.items():
         inner = value.__func__ if isinstance(value, (classmethod, staticmethod)) else value
-        if getattr(inner, "__profctx_role__", None) is not None and not isinstance(inner, ProfiledFunction):
+        if getattr(inner, "__profctx_role__", None) is None or profiled(inner):
+            continue
+        try:
+            innermost = inspect.unwrap(inner, stop=profiled)
+        except ValueError:  # a __wrapped__ cycle: nothing to follow
+            innermost = inner
+        if not profiled(innermost):
             found.append(name)
     return sorted(found)
 
