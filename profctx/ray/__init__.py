@@ -11,6 +11,7 @@ Out of the window no control call is made. Needs ``ray`` (``pip install 'profctx
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import threading
 import time
@@ -91,6 +92,8 @@ class Driver:
         config = OWNER.config
         runtime = OWNER.runtime
         carried = _config_dict(config) if config is not None and config.active else None
+        if carried is not None:
+            carried = {**carried, "save_path": _anchored(carried["save_path"])}
         grp.sent = config
         grp.sent_run = runtime.run_id if runtime is not None else None
         return [
@@ -177,6 +180,18 @@ class Driver:
         self.groups.clear()
         self.claims.clear()
         self.step = None
+
+
+def _anchored(save_path: str) -> str:
+    """Return ``save_path`` as the driver means it: a relative path is relative to the driver's working folder.
+
+    A worker's working folder is not the driver's (Ray starts workers where the cluster was
+    started, or in a ``working_dir``): sent as given, ``"profiles"`` would put each worker's
+    files somewhere else. ``~`` is left for the worker to expand.
+    """
+    if save_path.startswith("~") or os.path.isabs(save_path):
+        return save_path
+    return os.path.abspath(save_path)
 
 
 def _wait(refs: list[Any], what: str) -> None:
