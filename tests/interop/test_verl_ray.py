@@ -36,7 +36,7 @@ from verl.single_controller.ray.base import create_colocated_worker_cls  # noqa:
 
 import profctx.ray as pray  # noqa: E402 - after the skips: needs ray
 
-from .verl_workers import ActorWorker, RefWorker  # noqa: E402
+from .verl_workers import ActorWorker, RefWorker, TaskRunner  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
@@ -182,6 +182,21 @@ def test_registering_verl_workers_warns_about_nothing(verl_groups: VerlGroups, t
     assert [r.getMessage() for r in caplog.records if r.name.startswith("profctx")] == []
     assert [(m.rank, m.main) for g in pray.groups().values() for m in g.members] == [
         (0, True), (1, True), (0, True), (1, True)]
+
+
+def test_a_driver_in_a_ray_actor_drives_its_groups(verl_groups: VerlGroups, tmp_path: Path) -> None:
+    # verl's trainer runs in a Ray actor (main_ppo's TaskRunner): configure, registration and the
+    # step blocks all happen there; here over verl's worker group attached to the module's actors.
+    runner = TaskRunner.remote()  # type: ignore[attr-defined]
+    try:
+        seen = ray.get(runner.run.remote(verl_groups.actor.workers, str(tmp_path)), timeout=300)
+    finally:
+        ray.kill(runner)
+    assert [[w["step"] for w in step] for step in seen] == [[None, None], [2, 2], [None, None]]
+    records = _captures(tmp_path)
+    assert sorted((r.group or "(driver)", r.rank, r.step, r.status) for r in records) == [
+        ("(driver)", 0, 2, "ok"), ("actor", 0, 2, "ok"), ("actor", 1, 2, "ok")]
+    assert {r.pid for r in records if r.group == "actor"} == {w["pid"] for w in seen[1]}
 
 
 # -- the recipe of docs/migrating-from-verl.md, run as written ----------------------------------

@@ -12,11 +12,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import ray
 import torch
 from verl.single_controller.base import Worker
 from verl.single_controller.base.decorator import Dispatch, register
+from verl.single_controller.ray import RayClassWithInitArgs, RayWorkerGroup
 
 import profctx
+import profctx.ray
 
 WIDTH = 16
 
@@ -65,3 +68,24 @@ class RefWorker(Worker):
     @register(dispatch_mode=Dispatch.ALL_TO_ALL)
     def where(self) -> dict[str, Any]:
         return _where(self)
+
+
+@ray.remote(num_cpus=0)  # verl's TaskRunner asks for a CPU; the test cluster's two are the workers' pool
+class TaskRunner:
+    """The driver in a Ray actor, as verl's ``main_ppo`` runs its trainer (``TaskRunner.run``)."""
+
+    def run(self, workers: list[Any], save_path: str) -> list[list[dict[str, Any]]]:
+        """Configure, attach a verl worker group to ``workers``, register it, run steps 1..3; return ``where``s."""
+        profctx.configure(steps=[2], mode="step", ranks="all", save_path=save_path, tool="recording", warmup=False)
+        wg = RayWorkerGroup.from_detached(worker_handles=workers,
+                                          ray_cls_with_init=RayClassWithInitArgs(ray.remote(ActorWorker)))
+        profctx.ray.group("actor", wg.workers)
+        seen = []
+        for step in (1, 2, 3):
+            with profctx.profile_step(step):
+                wg.prepare(4)
+                wg.update_actor(4)
+                seen.append(wg.where())
+        assert profctx.ray.flush() == [True, True]
+        assert profctx.flush(60)
+        return seen
