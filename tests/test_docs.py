@@ -63,7 +63,9 @@ NOT_RUNNABLE: dict[tuple[str, str], str] = {
     ("docs/migrating-from-verl.md", "class ActorRolloutRefWorker(Worker, DistProfilerExtension):"):
         "verl's own worker code, shown for comparison (verl is not a dependency)",
     ("docs/migrating-from-verl.md", "class ActorRolloutRefWorker(Worker):"):
-        "an outline of a verl worker and trainer: Worker, config, rollout and actor_wg are the reader's",
+        "an outline of a verl worker: Worker, register and the dispatch function are verl's",
+    ("docs/migrating-from-verl.md", "profctx.ray.group(\"actor_ref\", wg_dict.workers)"):
+        "needs a Ray cluster and verl's worker classes; tests/interop/test_verl_ray.py runs it as written",
     ("docs/migrating-from-verl.md", "@hydra.main("):
         "a Hydra application: needs conf/config.yaml and a command line; tests/interop composes it",
     ("docs/performance.md", "profctx merge --step 1"):

@@ -104,6 +104,9 @@ def _undecorated(cls: type) -> list[str]:
 
     cloudpickle copies a class defined in the driver's ``__main__`` by value and drops the
     wrapper (it sees the function the wrapper proxies); the role it had survives as an attribute.
+    A decorator applied over ``@profiled`` with ``functools.wraps`` (verl's ``@register``) copies
+    that attribute too, onto a function that calls the wrapper: such a method is decorated,
+    found by following ``__wrapped__`` down to the wrapper.
     """
     seen: dict[str, Any] = {}
     for klass in cls.__mro__:  # the raw class attributes: looking them up would bind the wrappers
