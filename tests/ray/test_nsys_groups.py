@@ -121,11 +121,13 @@ def test_each_worker_opens_the_ranges_nsys_is_told_to_expect(
         assert entries[name]["nsight"]["capture-range"] == "cudaProfilerApi"
         assert entries[name]["nsight"]["capture-range-end"] == f"repeat:{per_group[name]}"
 
-    # Each range is one capture record of that worker, filed under its group and rank.
+    # Each range is one capture record of that worker, filed under its group and rank, whose
+    # sidecar names the range's number in that process: 1..N, the order nsys numbers its reports.
     records = [r for r in _manifest.read(tmp_path) if r.get("group") in ("actor", "rollout")]
-    by_worker: dict[tuple[str, int], int] = {}
+    numbers: dict[tuple[str, int], list[int]] = {}
     for record in records:
         assert record["status"] == "ok"
-        key = (record["group"], record["rank"])
-        by_worker[key] = by_worker.get(key, 0) + 1
-    assert by_worker == {key: n for key, n in predicted.items() if n}
+        (sidecar,) = [tmp_path / f["path"] for f in record["files"]]
+        numbers.setdefault((record["group"], record["rank"]), []).append(json.loads(sidecar.read_text())["range"])
+    assert {key: sorted(n) for key, n in numbers.items()} == {
+        key: list(range(1, n + 1)) for key, n in predicted.items() if n}
