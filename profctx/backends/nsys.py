@@ -8,8 +8,9 @@ process; profctx writes a small JSON sidecar per capture that says which nsys ra
 
 ``nsys`` must be told how many ranges to expect (``--capture-range-end=repeat:N``): with a
 larger N its default ``defer`` mode writes nothing until the process exits, with a smaller
-one the later ranges are lost. :func:`capture_ranges` computes N from the config;
-:func:`nsys_command` and :func:`ray_nsight` emit the launch options.
+one the later ranges are lost. :func:`capture_ranges` computes N from the config's plan, for
+the driver and for each worker group (:func:`group_ranges`); :func:`nsys_command` and
+:func:`ray_nsight` emit the launch options.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import os
 import shlex
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 
 from .._errors import ConfigError, one_of
 from .._layout import temporary
@@ -86,6 +88,10 @@ class NsysBackend:
         for item in config.contents:
             if item not in CONTENTS:
                 raise ConfigError("contents", item, f"the nsys backend records {one_of(CONTENTS)}")
+        for name, chosen in config.groups.items():
+            for item in chosen.contents:
+                if item not in CONTENTS:
+                    raise ConfigError(f"groups.{name}.contents", item, f"the nsys backend records {one_of(CONTENTS)}")
         for key in config.tool_options:
             if key not in OPTIONS:
                 raise ConfigError(
@@ -190,56 +196,143 @@ def _write_sidecar(spec: CaptureSpec, data: Mapping[str, Any]) -> Sequence[Path]
 
 # -- the launch side: how many ranges, and the nsys options that expect them --------------------
 
+#: Roles entered per step: a count, the role paths, or either per worker group (``"driver"``: the
+#: driver's own, ``"*"``: any group not named).
+RolesPerStep = int | Sequence[str] | Mapping[str, int | Sequence[str]] | None
+#: The row of the driver (a process in no worker group) in :func:`group_ranges`.
+DRIVER: Final = "driver"
+#: The row of every worker group not named in ``config.groups`` (they all use ``ranks``).
+ANY_GROUP: Final = "*"
 
-def capture_ranges(config: ProfilerConfig, roles_per_step: int | Sequence[str] | None = None) -> int:
-    """Return how many capture ranges one selected rank opens over the whole run.
+
+def capture_ranges(config: ProfilerConfig, roles_per_step: RolesPerStep = None, *,
+                   group: str | None = None, rank: int | None = None) -> int:
+    """Return how many capture ranges one process opens over the whole run.
+
+    ``group`` is the process's worker group (``profctx.ray.group``; ``None``: the driver or a
+    process in no group) and ``rank`` its rank there: a process the config does not select
+    (``ranks``, per-group ``groups``/``ranks={...}``, ``profile_driver``) opens none. Without
+    ``rank`` the process is taken as selected.
 
     Assumes the program runs every step of the window, each once, and (role mode) enters
     the same roles in every in-window step, one after another (roles that overlap in
     time on different threads are refused by the one-capture-per-process rule and open
-    no range). An unselected rank opens none.
+    no range). A worker of a group holds each in-window step its driver enters, so it
+    counts like a loop over the window in its own process:
 
     - ``mode="step"``: one range per window step; ``contiguous=True``: one per run of
       consecutive steps (``"3:6"`` plus ``[9]`` is 2).
     - ``mode="role"``: window steps times the roles per step that open a capture.
-      ``roles_per_step`` is a count, or the role paths the program enters in one step
-      (``["rollout", "train", "train/actor_update"]``); a path opens a capture when it
-      matches ``config.roles`` (name or whole path, fnmatch) and no enclosing role does;
-      roles nested in a capture are NVTX ranges of it. Defaults to
+      ``roles_per_step`` is a count, or the role paths the process enters in one step
+      (``["rollout", "train", "train/actor_update"]``; in a worker, the roles of its own
+      ``@profiled`` methods and blocks: the driver's roles do not reach it), or a mapping of
+      group name (``"driver"`` for the driver, ``"*"`` for any other group) to either; a path
+      opens a capture when it matches ``config.roles`` (name or whole path, fnmatch) and no
+      enclosing role does; roles nested in a capture are NVTX ranges of it. Defaults to
       ``tool_options["roles_per_step"]``.
 
-    Raise ``ValueError`` in role mode when the roles per step are not given.
+    Raise ``ValueError`` in role mode when the roles per step of a selected process are not given.
     """
     if not config.active:
+        return 0
+    if rank is not None and not config.selects(group, rank):
         return 0
     policy = Policy.of(config, selected=True)
     steps = list(config.steps or ())
     if config.mode == "step":
         return len(simulate(policy, steps))
     given = roles_per_step if roles_per_step is not None else config.tool_options.get("roles_per_step")
+    per_step = _roles_of(_roles_per_step(given, field="roles_per_step"), group)
+    if isinstance(per_step, int):
+        return len(steps) * per_step
+    plan = simulate(policy, steps, blocks_of(per_step))
+    return sum(1 for capture in plan if capture.status == "ok")
+
+
+def _roles_of(given: int | tuple[str, ...] | Mapping[str, int | tuple[str, ...]] | None,
+              group: str | None) -> int | tuple[str, ...]:
+    """Return the roles per step of a process in ``group`` (role mode), or raise ``ValueError``."""
+    row = DRIVER if group is None else group
+    if isinstance(given, Mapping):
+        for key in (row, ANY_GROUP):
+            if key in given:
+                return given[key]
+        raise ValueError(
+            f"mode='role' opens one range per matching role per step: roles_per_step names no entry for "
+            f"{row!r} (give {row}=... or *=...; it names {', '.join(repr(k) for k in given)})"
+        )
     if given is None:
         raise ValueError(
             "mode='role' opens one range per matching role per step: give roles_per_step "
             "(a count, or the role paths entered in one step), or tool_options['roles_per_step']"
         )
-    per_step = _roles_per_step(given, field="roles_per_step")
-    if isinstance(per_step, int):
-        return len(steps) * per_step
-    plan = simulate(policy, steps, blocks_of(per_step or ()))
-    return sum(1 for capture in plan if capture.status == "ok")
+    return given
 
 
-def nsys_options(config: ProfilerConfig, roles_per_step: int | Sequence[str] | None = None) -> dict[str, str]:
+@dataclass(frozen=True)
+class GroupRanges:
+    """The capture ranges of the processes of one row: a worker group, the driver, or any other group.
+
+    ``ranks``: the ranks the config selects in it (``()``: none, ``"all"``); ``ranges``: how many
+    each selected process opens; ``options``: the ``nsys profile`` options (long names) those
+    processes need, ``None`` when they open none.
+    """
+
+    group: str
+    ranks: tuple[int, ...] | Literal["all"]
+    ranges: int
+    options: Mapping[str, str] | None
+
+    def nsight(self) -> dict[str, str] | None:
+        """Return the options as Ray's ``runtime_env={"nsight": ...}`` dict (see :func:`ray_nsight`)."""
+        return None if self.options is None else _as_nsight(self.options, self.group)
+
+    def selects(self, rank: int) -> bool:
+        """Return whether the process of ``rank`` in this row opens ranges (and so must run under nsys)."""
+        return self.ranges > 0 and (self.ranks == "all" or rank in self.ranks)
+
+
+def group_ranges(config: ProfilerConfig, roles_per_step: RolesPerStep = None,
+                 groups: Sequence[str] = ()) -> list[GroupRanges]:
+    """Return, per row, the selected ranks, their capture-range count and nsys options.
+
+    Rows: ``"driver"`` (the driver, or any process in no group; absent when
+    ``profile_driver`` is off), then every group named in ``config.groups`` or in ``groups``,
+    each with its own ranks and ``contents``; without ``config.groups`` every group uses
+    ``ranks``, and the row ``"*"`` stands for all of them. Raise ``ValueError`` in role mode
+    when a row with selected ranks has no roles per step.
+    """
+    rows: list[tuple[str, str | None, tuple[int, ...] | Literal["all"]]] = []
+    if config.profile_driver:
+        rows.append((DRIVER, None, config.ranks))
+    named = list(dict.fromkeys([*config.groups, *groups]))
+    if not config.groups:
+        named = named or [ANY_GROUP]
+    for name in named:
+        chosen = config.groups.get(name)
+        ranks = config.ranks if not config.groups else chosen.ranks if chosen is not None else ()
+        rows.append((name, None if name == ANY_GROUP else name, ranks))
+    out = []
+    for name, group, ranks in rows:
+        count = capture_ranges(config, roles_per_step, group=group) if ranks and config.active else 0
+        options = nsys_options(config, roles_per_step, group=group) if count else None
+        out.append(GroupRanges(name, ranks if count else (), count, options))
+    return out
+
+
+def nsys_options(config: ProfilerConfig, roles_per_step: RolesPerStep = None, *,
+                 group: str | None = None) -> dict[str, str]:
     """Return the ``nsys profile`` options (long names without ``--``) matching ``config``.
 
     ``--capture-range=cudaProfilerApi --capture-range-end=repeat:N`` with N from
-    :func:`capture_ranges`; ``--trace`` from ``contents``; then ``tool_options["nsys_options"]``
-    (which may not set the capture-range options). Raise ``ValueError`` when N is 0.
+    :func:`capture_ranges` for a selected process of ``group``; ``--trace`` from that group's
+    ``contents``; then ``tool_options["nsys_options"]`` (which may not set the capture-range
+    options). Raise ``ValueError`` when N is 0.
     """
-    count = capture_ranges(config, roles_per_step)
+    count = capture_ranges(config, roles_per_step, group=group)
     if count < 1:
         raise ValueError("this config opens no capture range (profiling disabled, or no role opens one)")
-    contents = set(config.contents or ("cpu", "cuda"))
+    contents = set(config.contents_of(group) or ("cpu", "cuda"))
     trace = ["nvtx"]
     if "cuda" in contents or "memory" in contents:
         trace.insert(0, "cuda")
@@ -257,15 +350,17 @@ def nsys_options(config: ProfilerConfig, roles_per_step: int | Sequence[str] | N
 def nsys_command(
     config: ProfilerConfig,
     program: Sequence[str] = (),
-    roles_per_step: int | Sequence[str] | None = None,
+    roles_per_step: RolesPerStep = None,
     output: str | None = None,
+    *,
+    group: str | None = None,
 ) -> list[str]:
-    """Return ``nsys profile [options] [program...]`` as an argument list.
+    """Return ``nsys profile [options] [program...]`` as an argument list (for a process of ``group``).
 
     ``output`` defaults to ``{save_path}/nsys/%h_%p`` (nsys expands ``%h`` host and ``%p`` pid;
     it numbers the reports of repeated ranges). Join with :func:`shlex.join` for a shell.
     """
-    options = nsys_options(config, roles_per_step)
+    options = nsys_options(config, roles_per_step, group=group)
     if output is not None or "output" not in options:
         options["output"] = output or str(Path(config.save_path, "nsys", "%h_%p"))
     argv = ["nsys", "profile"]
@@ -274,15 +369,23 @@ def nsys_command(
     return [*argv, *program]
 
 
-def ray_nsight(config: ProfilerConfig, roles_per_step: int | Sequence[str] | None = None) -> dict[str, str]:
-    """Return the dict for Ray's ``runtime_env={"nsight": ...}``.
+def ray_nsight(config: ProfilerConfig, roles_per_step: RolesPerStep = None, *,
+               group: str | None = None) -> dict[str, str]:
+    """Return the dict for Ray's ``runtime_env={"nsight": ...}`` of the actors of worker ``group``.
 
-    Ray prefixes each key with ``--`` (``-`` for one letter) and writes the reports to its
-    session's ``logs/nsight/`` folder, naming them from ``o`` (default here ``profctx_%h_%p``).
+    Give it only to the actors the config selects (:meth:`GroupRanges.selects`): the others
+    open no range. Ray prefixes each key with ``--`` (``-`` for one letter) and writes the
+    reports to its session's ``logs/nsight/`` folder, naming them from ``o`` (default here
+    ``profctx_%h_%p``, or ``profctx_{group}_%h_%p``).
     """
-    options = nsys_options(config, roles_per_step)
-    options["o"] = options.pop("output", "'profctx_%h_%p'")
-    return options
+    return _as_nsight(nsys_options(config, roles_per_step, group=group), group)
+
+
+def _as_nsight(options: Mapping[str, str], group: str | None) -> dict[str, str]:
+    out = dict(options)
+    name = "profctx" if group in (None, DRIVER, ANY_GROUP) else f"profctx_{group}"
+    out["o"] = out.pop("output", f"'{name}_%h_%p'")
+    return out
 
 
 def command_line(argv: Sequence[str]) -> str:
@@ -290,18 +393,40 @@ def command_line(argv: Sequence[str]) -> str:
     return shlex.join(argv)
 
 
-def _roles_per_step(value: object, field: str = "tool_options.roles_per_step") -> int | tuple[str, ...] | None:
+def _roles_per_step(
+    value: object, field: str = "tool_options.roles_per_step"
+) -> int | tuple[str, ...] | Mapping[str, int | tuple[str, ...]] | None:
     if value is None:
         return None
+    if isinstance(value, Mapping):
+        out: dict[str, int | tuple[str, ...]] = {}
+        for key, item in value.items():
+            one = _one_roles_per_step(item, f"{field}.{key}") if isinstance(key, str) and key else None
+            if one is None:
+                raise ConfigError(f"{field}.{key}", item,
+                                  "a worker group name ('driver', '*') mapped to a count or role paths")
+            out[key] = one
+        return out
+    one = _one_roles_per_step(value, field)
+    if one is None:
+        raise ConfigError(field, value, _ROLES_PER_STEP)
+    return one
+
+
+_ROLES_PER_STEP: Final = ("a count >= 0, or the list of role paths entered in one step, or a mapping of "
+                          "worker group name to either")
+
+
+def _one_roles_per_step(value: object, field: str) -> int | tuple[str, ...] | None:
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 0:
-            raise ConfigError(field, value, "a count >= 0, or the list of role paths entered in one step")
+            raise ConfigError(field, value, _ROLES_PER_STEP)
         return value
     if isinstance(value, str):
         value = [value]
     if isinstance(value, (list, tuple)) and all(isinstance(v, str) and v.strip("/") for v in value):
         return tuple(value)
-    raise ConfigError(field, value, "a count >= 0, or the list of role paths entered in one step")
+    return None
 
 
 def _extra_options(value: object) -> dict[str, str]:

@@ -148,7 +148,9 @@ def test_cli_prints_the_command_and_the_ray_options(capsys: pytest.CaptureFixtur
     assert "--capture-range-end=repeat:6" in argv and argv[-4:] == ["python", "train.py", "--lr", "1"]
     assert "6 capture range(s)" in err
     assert main(["nsys-command", "--steps", "1,2,5", "--contiguous", "--ray"]) == 0
-    assert json.loads(capsys.readouterr().out)["capture-range-end"] == "repeat:2"
+    entries = json.loads(capsys.readouterr().out)
+    assert entries["*"]["nsight"]["capture-range-end"] == "repeat:2"  # every worker group: no groups configured
+    assert entries["driver"]["capture_ranges"] == 2 and "repeat:2" in entries["driver"]["command"]
 
 
 def test_cli_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -156,3 +158,97 @@ def test_cli_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert "roles_per_step" in capsys.readouterr().err
     assert main(["nsys-command"]) == 2
     assert main(["nsys-command", "--steps", "3:"]) == 2
+
+
+# -- per worker group (profctx.ray.group): selection, roles and contents of each group ---------------
+
+GROUP_ROLES = {"driver": ["train"], "actor": ["log_prob", "update", "update/backward"], "rollout": ["generate"]}
+
+
+def test_a_process_the_config_does_not_select_opens_no_range() -> None:
+    config = ProfilerConfig(steps=[3, 4], tool="nsys", ranks={"actor": [1], "rollout": "all"}, profile_driver=False)
+    assert nsys.capture_ranges(config, group="actor", rank=1) == 2
+    assert nsys.capture_ranges(config, group="actor", rank=0) == 0
+    assert nsys.capture_ranges(config, group="rollout", rank=7) == 2
+    assert nsys.capture_ranges(config, group="critic", rank=0) == 0  # groups named: the others profile nothing
+    assert nsys.capture_ranges(config, group=None, rank=0) == 0  # profile_driver=False
+    assert nsys.capture_ranges(config) == 2  # no rank given: a selected process
+
+
+def test_role_mode_counts_each_groups_own_roles() -> None:
+    config = ProfilerConfig(steps="3:6", tool="nsys", mode="role", ranks={"actor": "all", "rollout": "all"})
+    assert nsys.capture_ranges(config, GROUP_ROLES, group="actor", rank=0) == 6  # backward: a range of update
+    assert nsys.capture_ranges(config, GROUP_ROLES, group="rollout", rank=0) == 3
+    assert nsys.capture_ranges(config, GROUP_ROLES, group=None, rank=0) == 3
+    assert nsys.capture_ranges(config, {"*": 2}, group="rollout") == 6  # '*': any group not named
+    with pytest.raises(ValueError, match="no entry for 'critic'"):
+        nsys.capture_ranges(config, {"actor": 2}, group="critic")
+    from_options = config.replace(tool_options={"roles_per_step": {"actor": ["log_prob", "update"], "driver": 0}})
+    assert nsys.capture_ranges(from_options, group="actor") == 6
+    assert nsys.capture_ranges(from_options, group=None) == 0
+
+
+def test_group_ranges_lists_the_driver_and_each_group_with_its_ranks_count_and_options() -> None:
+    config = ProfilerConfig(steps=[1, 2, 3, 7], tool="nsys", contiguous=True, contents=["cpu", "cuda"],
+                            groups={"actor": {"ranks": [0, 1], "contents": ["cuda", "memory"]},
+                                    "rollout": {"ranks": "all"}})
+    rows = {row.group: row for row in nsys.group_ranges(config, groups=["critic"])}
+    assert list(rows) == ["driver", "actor", "rollout", "critic"]
+    assert [(r.ranks, r.ranges) for r in rows.values()] == [((0,), 2), ((0, 1), 2), ("all", 2), ((), 0)]
+    actor = rows["actor"].nsight()
+    assert actor is not None and actor["capture-range-end"] == "repeat:2"
+    assert actor["trace"] == "cuda,nvtx" and actor["cuda-memory-usage"] == "true"  # the group's contents
+    assert actor["o"] == "'profctx_actor_%h_%p'"
+    assert rows["driver"].options is not None and rows["driver"].options["trace"] == "cuda,nvtx,osrt"
+    assert rows["critic"].nsight() is None and not rows["critic"].selects(0)
+    assert rows["actor"].selects(1) and not rows["actor"].selects(2) and rows["rollout"].selects(9)
+    assert nsys.ray_nsight(config, group="actor") == actor
+    without_groups = {row.group: row.ranks for row in nsys.group_ranges(config.replace(groups={}))}
+    assert without_groups == {"driver": (0,), "*": (0,)}  # every group takes ranks=[0]
+
+
+def test_group_roles_and_contents_nsys_cannot_use_are_refused(monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Path) -> None:
+    cuda_double.install_profiler(monkeypatch)
+    with pytest.raises(profctx.ConfigError) as caught:
+        profctx.configure(steps=[3], tool="nsys", save_path=str(tmp_path),
+                          tool_options={"roles_per_step": {"actor": -1}})
+    assert caught.value.field == "tool_options.roles_per_step.actor"
+    with pytest.raises(profctx.ConfigError) as caught:
+        profctx.configure(steps=[3], tool="nsys", save_path=str(tmp_path), contents={"actor": ["shapes"]},
+                          ranks={"actor": [0]})
+    assert caught.value.field == "groups.actor.contents"
+
+
+def test_cli_ray_prints_one_line_per_group_with_its_ranks_and_ranges(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = tmp_path / "profctx.yaml"
+    config.write_text("steps: '3:6'\nmode: role\nranks: {actor: [0, 1], rollout: all}\n")
+    code = main(["nsys-command", "--config", str(config), "--ray", "--group", "critic",
+                 "--step-roles", "actor=log_prob,update,update/backward", "--step-roles", "rollout=generate",
+                 "--step-roles", "driver=", "--", "python", "train.py"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "{" and lines[-1] == "}" and len(lines) == 6  # one line per row
+    entries = json.loads(out)
+    assert {name: (e["ranks"], e["capture_ranges"]) for name, e in entries.items()} == {
+        "driver": ([], 0), "actor": ([0, 1], 6), "rollout": ("all", 3), "critic": ([], 0)}
+    assert entries["actor"]["nsight"]["capture-range-end"] == "repeat:6"
+    assert entries["critic"]["nsight"] is None and entries["driver"]["command"] is None
+    assert "# actor: ranks [0, 1], 6 capture range(s) each" in err
+    assert "# critic: no capture range (not profiled)" in err
+    # --ranks GROUP=R overrides one group's ranks and keeps the others'
+    assert main(["nsys-command", "--config", str(config), "--ray", "--ranks", "actor=1", "--roles-per-step", "2"]) == 0
+    entries = json.loads(capsys.readouterr().out)
+    assert (entries["actor"]["ranks"], entries["rollout"]["ranks"]) == ([1], "all")
+    assert entries["driver"]["capture_ranges"] == entries["actor"]["capture_ranges"] == 6
+
+
+def test_cli_ray_names_the_group_whose_roles_are_missing(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["nsys-command", "--steps", "3:6", "--mode", "role", "--ranks", "actor=all", "--ray",
+                 "--step-roles", "actor=update"])
+    assert code == 2 and "no entry for 'driver'" in capsys.readouterr().err
+    assert main(["nsys-command", "--steps", "3:6", "--ranks", "0", "--ranks", "1", "--ray"]) == 2
+    assert main(["nsys-command", "--steps", "3:6", "--ranks", "actor=x", "--ray"]) == 2
