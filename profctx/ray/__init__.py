@@ -89,6 +89,8 @@ class Driver:
         self.step: int | None = None
         self._lock = threading.Lock()
         self.claims: dict[tuple[str, int], int] = {}
+        #: Refs of the last step's exit calls, not waited for at the step's end.
+        self.leaving: list[Any] = []
 
     # -- registration ---------------------------------------------------------------------------
 
@@ -159,32 +161,50 @@ class Driver:
             self.step = step
             return True
 
+    def leftovers(self) -> list[Any]:
+        """Take the refs of the last step's exit calls, not waited for then (see :meth:`exit`)."""
+        refs, self.leaving = self.leaving, []
+        return refs
+
     def enter(self, runtime: Any, scope: Any) -> object:
         if not self.groups or not self._claim(scope.step):
             return None
-        refs = self._refs(_worker.step_enter, scope.step)
-        _wait(refs, "enter step")
+        _wait(self.leftovers(), "leave step")  # done long ago, in practice: reports failures
+        _wait(self._refs(_worker.step_enter, scope.step), "enter step")
         return scope.step
 
     def exit(self, runtime: Any, handle: object) -> None:
+        """Tell the workers the step ended. Not waited for, unless the driver copies files now.
+
+        The driver's next call to a worker runs after the exit (Ray runs one caller's calls to a
+        sync actor in order; a worker that gets the next step first ends this one then). The
+        next step's entry, or ``flush``, waits for these calls and reports failures.
+        """
         try:
-            _wait(self._refs(_worker.step_exit, handle), "leave step")  # type: ignore[arg-type]
+            refs = self._refs(_worker.step_exit, handle)  # type: ignore[arg-type]
             if self.collected():
+                _wait(refs, "leave step")
                 collect(runtime, self.collected())
+            else:
+                self.leaving = refs
         finally:
             self.step = None
 
     async def aenter(self, runtime: Any, scope: Any) -> object:
         if not self.groups or not self._claim(scope.step):
             return None
+        await _await(self.leftovers(), "leave step")
         await _await(self._refs(_worker.step_enter, scope.step), "enter step")
         return scope.step
 
     async def aexit(self, runtime: Any, handle: object) -> None:
         try:
-            await _await(self._refs(_worker.step_exit, handle), "leave step")  # type: ignore[arg-type]
+            refs = self._refs(_worker.step_exit, handle)  # type: ignore[arg-type]
             if self.collected():
+                await _await(refs, "leave step")
                 await asyncio.to_thread(collect, runtime, self.collected())
+            else:
+                self.leaving = refs
         finally:
             self.step = None
 
@@ -197,6 +217,7 @@ class Driver:
     def reset(self) -> None:
         self.groups.clear()
         self.claims.clear()
+        self.leaving = []
         self.step = None
 
 
@@ -531,6 +552,9 @@ def flush(actors: Sequence[Any] | None = None, timeout: float | None = 60.0) -> 
     workers write traces on a background thread. A dead actor gives ``False``.
     """
     _refuse_inside_loop("flush", "flush_async")
+    driver = OWNER.driver
+    if isinstance(driver, Driver):
+        _wait(driver.leftovers(), "leave step")
     handles = _handles(list(groups().values()) if actors is None else actors)
     refs = [h.__ray_call__.remote(_worker.flush, timeout) for h in handles]
     out = []
@@ -554,6 +578,9 @@ def _collect_from(handles: Sequence[Any]) -> None:
 
 async def flush_async(actors: Sequence[Any] | None = None, timeout: float | None = 60.0) -> list[bool]:
     """The async twin of :func:`flush`."""
+    driver = OWNER.driver
+    if isinstance(driver, Driver):
+        await _await(driver.leftovers(), "leave step")
     handles = _handles(list(groups().values()) if actors is None else actors)
     refs = [h.__ray_call__.remote(_worker.flush, timeout) for h in handles]
     results = await asyncio.gather(*refs, return_exceptions=True)
