@@ -128,7 +128,7 @@ class ProfilerConfig:
     world_size: int | None = None
     group: str | None = None
     groups: Mapping[str, GroupConfig] = field(default_factory=dict)
-    profile_driver: bool = True
+    profile_driver: bool | None = None
     save_path: str = "./profiles"
     tool: str = "torch"
     contents: tuple[str, ...] = ()
@@ -194,10 +194,11 @@ class ProfilerConfig:
 
         With ``groups`` given, a group profiles only if named there, with its own ranks; without,
         every group uses ``ranks``. A process in no group (the driver, or any process of a job
-        without worker groups) profiles when ``profile_driver`` is on and ``ranks`` selects it.
+        without worker groups) profiles when ``profile_driver`` is on and ``ranks`` selects it
+        (``profile_driver`` defaults to on, and to off when ``groups`` are given without the driver).
         """
         if group is None:
-            return self.profile_driver and (self.ranks == "all" or rank in self.ranks)
+            return bool(self.profile_driver) and (self.ranks == "all" or rank in self.ranks)
         if self.groups:
             chosen = self.groups.get(group)
             return chosen is not None and (chosen.ranks == "all" or rank in chosen.ranks)
@@ -554,9 +555,10 @@ _GROUP_NAME: Final = "a worker group name: letters, digits, '.', '_' or '-' (1-6
 def _set_groups(config: ProfilerConfig) -> None:
     """Normalise ``group``, ``groups`` and the per-group shorthands ``ranks={...}`` and ``contents={...}``.
 
-    ``ranks={"actor": [0, 1], "rollout": "all"}`` is ``groups={"actor": {"ranks": [0, 1]}, ...}``
-    (``ranks`` itself then keeps its default, for the driver); ``contents={"actor": [...]}`` sets
-    the contents of groups named in ``groups`` or in a ``ranks`` mapping.
+    ``ranks={"actor": [0, 1], "rollout": "all"}`` is ``groups={"actor": {"ranks": [0, 1]}, ...}``;
+    its ``"driver"`` entry, if any, is ``ranks`` itself (processes in no group); ``contents={"actor":
+    [...]}`` sets the contents of groups named in ``groups`` or in a ``ranks`` mapping.
+    ``profile_driver`` left unset is true, unless groups are chosen and the driver is not named.
     """
     if config.group is not None and (not isinstance(config.group, str) or not _safe_name(config.group)):
         raise ConfigError("group", config.group, _GROUP_NAME)
@@ -576,12 +578,16 @@ def _set_groups(config: ProfilerConfig) -> None:
             entries[name] = dict(value)
         else:
             entries[name] = {"ranks": value}  # groups={"actor": [0, 1]}: ranks only
+    driver: object = None
     if isinstance(config.ranks, Mapping):
         for name, value in config.ranks.items():
             if not isinstance(name, str) or not _safe_name(name):
                 raise ConfigError("ranks", name, _GROUP_NAME)
+            if name == "driver":
+                driver = value  # the processes in no group: the driver's own selection
+                continue
             entries.setdefault(name, {})["ranks"] = value
-        _set(config, "ranks", (0,))
+        _set(config, "ranks", (0,) if driver is None else driver)
     if isinstance(config.contents, Mapping):
         for name, value in config.contents.items():
             if not isinstance(name, str) or name not in entries:
@@ -595,6 +601,8 @@ def _set_groups(config: ProfilerConfig) -> None:
         except ConfigError as exc:
             raise ConfigError(f"groups.{name}.{exc.field.split('.')[-1]}", exc.value, exc.allowed) from None
     _set(config, "groups", MappingProxyType(groups))
+    if config.profile_driver is None:  # by default the driver profiles unless groups are chosen without it
+        _set(config, "profile_driver", not groups or driver is not None)
 _TOO_MANY_RANKS: Final = f"at most {MAX_RANKS} ranks in a list; 'all' selects every rank"
 
 

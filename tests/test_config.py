@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -347,3 +348,33 @@ def test_yaml_alias_bomb_and_endless_files_are_refused_quickly(tmp_path: Path) -
     assert len(str(info.value)) < 10_000
     with pytest.raises(ConfigError, match="at most 4 MiB"):
         profctx.configure("/dev/zero")
+
+
+def test_worker_group_selection_and_the_driver_default() -> None:
+    plain = ProfilerConfig(steps=[1], ranks=[0, 2])
+    assert plain.profile_driver is True and plain.selects(None, 2) and plain.selects("actor", 0)
+    grouped = ProfilerConfig(steps=[1], ranks={"actor": [1], "rollout": "all"}, contents={"actor": ["cpu"]})
+    assert grouped.profile_driver is False and not grouped.selects(None, 0)  # the driver is not named
+    assert grouped.selects("actor", 1) and not grouped.selects("actor", 0) and grouped.selects("rollout", 7)
+    assert not grouped.selects("critic", 0)  # a group not named does not profile
+    assert grouped.contents_of("actor") == ("cpu",) and grouped.contents_of("rollout") == ()
+    named = ProfilerConfig(steps=[1], ranks={"actor": [0], "driver": "all"})
+    assert named.profile_driver is True and named.ranks == "all" and named.selects(None, 3)
+    explicit = ProfilerConfig(steps=[1], groups={"actor": [0]}, profile_driver=True)
+    assert explicit.selects(None, 0) and explicit.groups["actor"].ranks == (0,)
+    assert ProfilerConfig.from_mapping(grouped.to_dict()) == grouped
+
+
+@pytest.mark.parametrize(("fields", "field"), [
+    ({"ranks": {"bad name": [0]}}, "ranks"),
+    ({"groups": {"actor": {"ranks": [-1]}}}, "groups.actor.ranks"),
+    ({"groups": {"actor": {"rank": [0]}}}, "groups.actor"),
+    ({"ranks": {"actor": [0]}, "contents": {"critic": ["cpu"]}}, "contents"),
+    ({"groups": {"actor": {"contents": ["colour"]}}}, "groups.actor.contents"),
+    ({"group": "a/b"}, "group"),
+    ({"profile_driver": "maybe"}, "profile_driver"),
+])
+def test_bad_group_settings_name_the_field(fields: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        ProfilerConfig(steps=[1], **fields)
+    assert caught.value.field == field

@@ -55,7 +55,7 @@ class ProfilerSchema:
     world_size: Optional[int] = None  # noqa: UP045
     group: Optional[str] = None  # noqa: UP045
     groups: dict[str, Any] = field(default_factory=dict)
-    profile_driver: bool = True
+    profile_driver: Optional[bool] = None  # noqa: UP045
     save_path: str = "./profiles"
     tool: str = "torch"
     contents: list[str] = field(default_factory=list)

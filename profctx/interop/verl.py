@@ -178,6 +178,7 @@ def _convert(data: Mapping[str, Any], version: str) -> Conversion:
         roles=patterns,
         ranks=ranks,
         groups=groups,
+        profile_driver=True,  # processes in no group (workers not registered): the union of the ranks
         save_path=save_path,
         tool=tool or "torch",
         contents=contents,

@@ -176,7 +176,8 @@ def test_a_process_the_config_does_not_select_opens_no_range() -> None:
 
 
 def test_role_mode_counts_each_groups_own_roles() -> None:
-    config = ProfilerConfig(steps="3:6", tool="nsys", mode="role", ranks={"actor": "all", "rollout": "all"})
+    config = ProfilerConfig(steps="3:6", tool="nsys", mode="role",
+                            ranks={"actor": "all", "rollout": "all", "driver": [0]})
     assert nsys.capture_ranges(config, GROUP_ROLES, group="actor", rank=0) == 6  # backward: a range of update
     assert nsys.capture_ranges(config, GROUP_ROLES, group="rollout", rank=0) == 3
     assert nsys.capture_ranges(config, GROUP_ROLES, group=None, rank=0) == 3
@@ -191,7 +192,7 @@ def test_role_mode_counts_each_groups_own_roles() -> None:
 def test_group_ranges_lists_the_driver_and_each_group_with_its_ranks_count_and_options() -> None:
     config = ProfilerConfig(steps=[1, 2, 3, 7], tool="nsys", contiguous=True, contents=["cpu", "cuda"],
                             groups={"actor": {"ranks": [0, 1], "contents": ["cuda", "memory"]},
-                                    "rollout": {"ranks": "all"}})
+                                    "rollout": {"ranks": "all"}}, profile_driver=True)
     rows = {row.group: row for row in nsys.group_ranges(config, groups=["critic"])}
     assert list(rows) == ["driver", "actor", "rollout", "critic"]
     assert [(r.ranks, r.ranges) for r in rows.values()] == [((0,), 2), ((0, 1), 2), ("all", 2), ((), 0)]
@@ -224,7 +225,7 @@ def test_cli_ray_prints_one_line_per_group_with_its_ranks_and_ranges(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     config = tmp_path / "profctx.yaml"
-    config.write_text("steps: '3:6'\nmode: role\nranks: {actor: [0, 1], rollout: all}\n")
+    config.write_text("steps: '3:6'\nmode: role\nranks: {actor: [0, 1], rollout: all, driver: [0]}\n")
     code = main(["nsys-command", "--config", str(config), "--ray", "--group", "critic",
                  "--step-roles", "actor=log_prob,update,update/backward", "--step-roles", "rollout=generate",
                  "--step-roles", "driver=", "--", "python", "train.py"])
