@@ -50,7 +50,7 @@ def _run(actors: dict[str, list[Any]], tmp_path: Path, monkeypatch: pytest.Monke
     """Configure, register both groups, run the loop; return the (starts, stops) per (group, rank) and the driver's."""
     driver = install(monkeypatch.setattr)
     config = profctx.configure(tool="nsys", save_path=str(tmp_path), warmup=False, exit_hooks=False,
-                               ranks={"actor": [1], "rollout": "all"}, **fields)
+                               ranks={"actor": [1], "rollout": "all", "driver": [0]}, **fields)
     assert config is not None
     for name, handles in actors.items():
         pray.group(name, handles)
