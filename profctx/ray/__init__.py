@@ -89,7 +89,7 @@ class Driver:
         self.step: int | None = None
         self._lock = threading.Lock()
         self.claims: dict[tuple[str, int], int] = {}
-        #: Refs of the last step's exit calls, not waited for at the step's end.
+        #: Refs of control calls not waited for when sent (sync members: Ray keeps the order).
         self.leaving: list[Any] = []
 
     # -- registration ---------------------------------------------------------------------------
@@ -139,16 +139,26 @@ class Driver:
 
     # -- the step hook ---------------------------------------------------------------------------
 
-    def _refs(self, fn: Any, step: int) -> list[Any]:
-        refs: list[Any] = []
+    def _refs(self, fn: Any, step: int) -> tuple[list[Any], list[Any]]:
+        """Send ``fn(step)`` to every member; return the refs to wait for now, and those that can wait.
+
+        Ray runs one caller's calls to a sync actor in the order they were sent, so a sync
+        member (its calls on its main thread) has entered the step before it serves any later
+        call of the driver: its reply can wait. Async and threaded members run calls
+        concurrently, and members whose files the driver copies must have written them: those
+        are waited for now.
+        """
+        now: list[Any] = []
+        later: list[Any] = []
         leaving = fn is _worker.step_exit
         for grp in list(self.groups.values()):
             if grp.sent is not OWNER.config:
-                refs.extend(self.join_refs(grp))  # reconfigured: members take the new config first
+                now.extend(self.join_refs(grp))  # reconfigured: members take the new config first
             for m in grp.members:
                 args = (step, True) if leaving and m.collect else (step,)
-                refs.append(m.handle.__ray_call__.remote(fn, *args))
-        return refs
+                ref = m.handle.__ray_call__.remote(fn, *args)
+                (now if m.collect or (not leaving and not m.main) else later).append(ref)
+        return now, later
 
     def collected(self) -> list[Member]:
         """The members whose files the driver copies."""
@@ -162,49 +172,49 @@ class Driver:
             return True
 
     def leftovers(self) -> list[Any]:
-        """Take the refs of the last step's exit calls, not waited for then (see :meth:`exit`)."""
+        """Take the refs of control calls not waited for when sent (see :meth:`_refs`)."""
         refs, self.leaving = self.leaving, []
         return refs
 
     def enter(self, runtime: Any, scope: Any) -> object:
         if not self.groups or not self._claim(scope.step):
             return None
-        _wait(self.leftovers(), "leave step")  # done long ago, in practice: reports failures
-        _wait(self._refs(_worker.step_enter, scope.step), "enter step")
+        _wait(self.leftovers(), "enter or leave a step")  # done long ago, in practice: reports failures
+        now, later = self._refs(_worker.step_enter, scope.step)
+        _wait(now, "enter step")
+        self.leaving = later
         return scope.step
 
     def exit(self, runtime: Any, handle: object) -> None:
-        """Tell the workers the step ended. Not waited for, unless the driver copies files now.
+        """Tell the workers the step ended, waiting only where :meth:`_refs` says it must.
 
-        The driver's next call to a worker runs after the exit (Ray runs one caller's calls to a
-        sync actor in order; a worker that gets the next step first ends this one then). The
-        next step's entry, or ``flush``, waits for these calls and reports failures.
+        The next step's entry, or ``flush``, waits for the rest and reports failures.
         """
         try:
-            refs = self._refs(_worker.step_exit, handle)  # type: ignore[arg-type]
+            now, later = self._refs(_worker.step_exit, handle)  # type: ignore[arg-type]
+            self.leaving.extend(later)
+            _wait(now, "leave step")
             if self.collected():
-                _wait(refs, "leave step")
                 collect(runtime, self.collected())
-            else:
-                self.leaving = refs
         finally:
             self.step = None
 
     async def aenter(self, runtime: Any, scope: Any) -> object:
         if not self.groups or not self._claim(scope.step):
             return None
-        await _await(self.leftovers(), "leave step")
-        await _await(self._refs(_worker.step_enter, scope.step), "enter step")
+        await _await(self.leftovers(), "enter or leave a step")
+        now, later = self._refs(_worker.step_enter, scope.step)
+        await _await(now, "enter step")
+        self.leaving = later
         return scope.step
 
     async def aexit(self, runtime: Any, handle: object) -> None:
         try:
-            refs = self._refs(_worker.step_exit, handle)  # type: ignore[arg-type]
+            now, later = self._refs(_worker.step_exit, handle)  # type: ignore[arg-type]
+            self.leaving.extend(later)
+            await _await(now, "leave step")
             if self.collected():
-                await _await(refs, "leave step")
                 await asyncio.to_thread(collect, runtime, self.collected())
-            else:
-                self.leaving = refs
         finally:
             self.step = None
 

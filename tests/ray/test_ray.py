@@ -78,10 +78,10 @@ def _spy_control(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     calls: Counter[str] = Counter()
     original = pray.Driver._refs
 
-    def counting(self: Any, fn: Any, step: int) -> list[Any]:
-        refs = original(self, fn, step)
-        calls[fn.__name__] += len(refs)
-        return refs
+    def counting(self: Any, fn: Any, step: int) -> tuple[list[Any], list[Any]]:
+        now, later = original(self, fn, step)
+        calls[fn.__name__] += len(now) + len(later)
+        return now, later
 
     monkeypatch.setattr(pray.Driver, "_refs", counting)
     return calls
