@@ -34,6 +34,8 @@ except ImportError:  # pragma: no cover - exercised when the extra is absent
 
 #: Highest record version this reader understands; newer records are skipped.
 VERSION: Final = 1
+#: The group name that marks the driver; a process outside any group is the driver where its run has groups.
+DRIVER: Final = "driver"
 #: Statuses the writer emits. Other strings are kept as given.
 STATUSES: Final = ("ok", "failed", "skipped", "open", "interrupted")
 
@@ -251,7 +253,11 @@ class CaptureRecord:
         value = self._raw.get("files")
         if type(value) is not list:
             return 0
-        return sum(1 for e in value if (type(e) is dict and type(e.get("path")) is str) or type(e) is str)
+        count = 0
+        for entry in value:
+            if (type(entry) is dict and type(entry.get("path")) is str) or type(entry) is str:
+                count += 1
+        return count
 
     @property
     def bytes(self) -> int | None:
@@ -337,6 +343,28 @@ class CaptureRecord:
         return dict(self._raw)
 
 
+_STARTED: Final = b'"event":"started"'
+_CAPTURE: Final = b'"capture":"'
+
+
+def _capture_id(line: bytes) -> str | None:
+    """Return the ``capture`` id of a compact JSON line without parsing it (``None`` when unsure)."""
+    at = line.find(_CAPTURE)
+    if at < 0:
+        return None
+    at += len(_CAPTURE)
+    end = line.find(b'"', at)
+    if end < 0:
+        return None
+    raw = line[at:end]
+    if b"\\" in raw:
+        return None
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return None
+
+
 def to_record(merged: Mapping[str, Any]) -> CaptureRecord:
     """Return the typed view of one merged capture dict."""
     return CaptureRecord(merged)
@@ -349,11 +377,17 @@ class ManifestReader:
     shards are read one at a time, so memory holds one shard's text and its unfinished
     captures. After iterating, :attr:`damaged` lists ``shard:line`` of every line skipped.
     Records of a newer format version are skipped too, counted in :attr:`newer`.
+
+    ``lean=True`` skips parsing a ``started`` record whose capture finishes later in the same
+    shard with its ``start_time``: the writer repeats every key of a started record in the
+    finished one but ``thread``, so the typed fields read the same, and a large run reads in
+    about half the time (``profctx ls``). :meth:`CaptureRecord.as_dict` then lacks ``thread``.
     """
 
-    def __init__(self, save_path: str | os.PathLike[str], run: str | None = None) -> None:
+    def __init__(self, save_path: str | os.PathLike[str], run: str | None = None, *, lean: bool = False) -> None:
         self.save_path = Path(save_path)
         self.run = run
+        self.lean = lean
         self.damaged: list[str] = []
         self.newer = 0
 
@@ -373,35 +407,66 @@ class ManifestReader:
         for shard in self.shards():
             yield from self._shard_lines(shard)
 
-    def _shard_lines(self, shard: Path) -> Iterator[dict[str, Any]]:
+    def _shard_lines(self, shard: Path, lean: bool = False) -> Iterator[dict[str, Any]]:
         try:
             data = shard.read_bytes()
         except OSError as exc:
             self.damaged.append(f"{shard.name}: unreadable ({exc})")
             return
-        name = shard.name
-        run = self.run
-        for number, line in enumerate(data.splitlines(), 1):
-            if not line.strip():
+        lines = data.splitlines()
+        if not lean:
+            for number, line in enumerate(lines, 1):
+                record = self._parse(shard.name, number, line)
+                if record is not None:
+                    yield record
+            return
+        yield from self._lean(shard.name, lines)
+
+    def _parse(self, name: str, number: int, line: bytes) -> dict[str, Any] | None:
+        """Return the record of one line, or ``None`` (blank, damaged, newer, another run)."""
+        if not line or line.isspace():
+            return None
+        try:
+            record = _loads(line)
+        except _DecodeError:
+            self.damaged.append(f"{name}:{number}")
+            return None
+        if type(record) is not dict:
+            self.damaged.append(f"{name}:{number}")
+            return None
+        version = record.get("v", 0)
+        if type(version) is not int:
+            version = 0
+        if version > VERSION:
+            self.newer += 1
+            return None
+        if self.run is not None and record.get("run") != self.run:
+            return None
+        record["shard"] = name
+        return record
+
+    def _lean(self, name: str, lines: list[bytes]) -> Iterator[dict[str, Any]]:
+        """Yield a shard's records as :meth:`_shard_lines` does, less the started ones a later record covers."""
+        parsed: list[dict[str, Any] | None] = [None] * len(lines)
+        started: list[tuple[int, bytes]] = []
+        covered: dict[str, int] = {}  # capture id -> index of its last finished record holding start_time
+        for index, line in enumerate(lines):
+            # The writer's compact JSON: inside a string every quote is escaped, so this is a key.
+            if _STARTED in line:
+                started.append((index, line))
                 continue
-            try:
-                record = _loads(line)
-            except _DecodeError:
-                self.damaged.append(f"{name}:{number}")
-                continue
-            if type(record) is not dict:
-                self.damaged.append(f"{name}:{number}")
-                continue
-            version = record.get("v", 0)
-            if type(version) is not int:
-                version = 0
-            if version > VERSION:
-                self.newer += 1
-                continue
-            if run is not None and record.get("run") != run:
-                continue
-            record["shard"] = name
-            yield record
+            record = parsed[index] = self._parse(name, index + 1, line)
+            if record is not None and "start_time" in record:
+                key = record.get("capture")
+                if type(key) is str:
+                    covered[key] = index
+        for index, line in started:
+            key = _capture_id(line)
+            if key is None or covered.get(key, -1) < index:
+                parsed[index] = self._parse(name, index + 1, line)
+        for record in parsed:
+            if record is not None:
+                yield record
 
     def merged(self) -> Iterator[dict[str, Any]]:
         """Yield one merged dict per capture: finished ones as their shard is read, open ones at the end."""
@@ -412,7 +477,7 @@ class ManifestReader:
             # A capture may be finished more than once (an engine's late answer rewrites its
             # record): the shard's last word wins, so finished records are yielded at its end.
             done: dict[str, dict[str, Any]] = {}
-            for record in self._shard_lines(shard):
+            for record in self._shard_lines(shard, self.lean):
                 key = record.get("capture")
                 key = key if type(key) is str else ""
                 event = record.pop("event", None)

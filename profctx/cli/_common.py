@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Final, TextIO
 
@@ -74,11 +75,12 @@ def check_folder(folder: str) -> Path:
     return path
 
 
-def stream_run(folder: str, args: argparse.Namespace | None = None, *,
-               run: str | None = None) -> tuple[Path, ManifestReader, Iterator[CaptureRecord]]:
+def stream_run(folder: str, args: argparse.Namespace | None = None, *, run: str | None = None,
+               lean: bool = False) -> tuple[Path, ManifestReader, Iterator[CaptureRecord]]:
     """Return the folder, its manifest reader and an iterator over the captures that pass the filters.
 
     Records stream shard by shard, unsorted; ``reader.damaged`` is complete once the iterator is done.
+    ``lean``: see :class:`ManifestReader` (typed fields only).
     Raise :class:`UsageError` as :func:`open_run` does.
     """
     path = check_folder(folder)
@@ -88,7 +90,7 @@ def stream_run(folder: str, args: argparse.Namespace | None = None, *,
     if wanted is not None and not any(True for _ in ManifestReader(path, wanted).lines()):
         known = runs(list(ManifestReader(path)))
         raise UsageError(f"--run {wanted}: no such run in {folder} (runs: {', '.join(known) or 'none'})")
-    reader = ManifestReader(path, wanted)
+    reader = ManifestReader(path, wanted, lean=lean)
     if args is None:
         return path, reader, iter(reader)
     keep = matcher(args)
@@ -196,7 +198,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, right: Itera
     aligned_right = set(right)
     widths = [len(h) for h in headers]
     for i in range(len(headers)):
-        widths[i] = max(widths[i], max((len(row[i]) for row in rows), default=0))
+        # map() keeps the loop in C: 100,000-row listings spend noticeable time here otherwise.
+        widths[i] = max(widths[i], max(map(len, map(itemgetter(i), rows)), default=0))
     if paint is None:
         # One format string for every row: ten times faster than padding cell by cell (100,000-row listings).
         fmt = "  ".join(f"{{:{'>' if i in aligned_right else '<'}{w}}}" for i, w in enumerate(widths))
