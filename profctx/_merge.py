@@ -9,8 +9,9 @@ The merged file's ``baseTimeNanoseconds`` is the whole second at or before the e
 capture start, and its ``ts`` are relative to it, so readers of either convention agree.
 
 Processes. One process of the merged trace per process of the job: a worker (run, host, pid,
-group and rank) or an engine replica, named ``rank 0``, ``actor rank 0``, ``vllm replica 1``
-(with the run id when several runs are merged, and host:pid when two would share a name).
+group and rank) or an engine replica, named as :func:`profctx.manifest.process_names` names
+rows: ``driver``, ``actor rank 0``, ``rank 0``, ``vllm replica 1`` (with the run id when several
+runs are merged, the roles or host:pid when two would share a name).
 Every capture of that process lands in it; a ``profctx captures`` thread holds one span per
 capture (``step 3 · actor_update``), and a first ``steps`` process holds one span per step.
 Flow and async ids are made unique per capture. Inputs are streamed in batches
@@ -34,7 +35,7 @@ from typing import IO, Any, Final
 
 from ._layout import temporary
 from ._tracejson import EVENTS, TraceFormatError, TraceStream, header, is_trace_file
-from .manifest import CaptureRecord
+from .manifest import DRIVER, CaptureRecord, process_names
 
 try:
     import orjson as _orjson
@@ -213,11 +214,11 @@ class _Sink:
 class _Process:
     """One process of the merged trace."""
 
-    def __init__(self, pid: int, record: CaptureRecord, multi_run: bool, order: int) -> None:
+    def __init__(self, pid: int, record: CaptureRecord, label: str, order: int) -> None:
         self.pid = pid
         self.order = order
         self.record = record
-        self.label = record.who + (f" · run {record.run}" if multi_run and record.run else "")
+        self.label = label
         self.original_name: str | None = None
         self.threads: dict[Any, int] = {}
         self.thread_names: dict[int, str] = {CAPTURES_TID: "profctx captures"}
@@ -240,6 +241,8 @@ class _Process:
         r = self.record
         if r.is_engine:
             return f"run {r.run}, {r.engine} {r.version or ''} replica {r.replica}, host {r.host}, pid {r.pid}"
+        if self.label.startswith(DRIVER):
+            return f"run {r.run}, driver, host {r.host}, pid {r.pid}"
         group = f"group {r.group}, " if r.group else ""
         return f"run {r.run}, {group}rank {r.rank} of {r.world_size}, host {r.host}, pid {r.pid}"
 
@@ -268,8 +271,12 @@ def merge(
     steps: Sequence[int] | None = None,
     compress_level: int = 1,
     progress: Callable[[int, int], None] | None = None,
+    driver: Collection[tuple[str, ...]] | None = None,
 ) -> MergeResult:
     """Write one ``.json.gz`` (or ``.json``) Chrome trace holding every event of ``inputs``.
+
+    ``driver``: the driver processes of the run (see :func:`profctx.manifest.process_names`),
+    when ``inputs`` are a filtered part of it.
 
     The file is written under a temporary name and renamed. A missing or damaged input is
     reported in :attr:`MergeResult.problems` (events read before the damage are kept).
@@ -288,6 +295,7 @@ def merge(
     result.runs = list(dict.fromkeys(r.run or "" for r in records))
     result.steps = sorted({s for r in records for s in r.steps} if steps is None else set(steps))
     multi_run = len(result.runs) > 1
+    labels = process_names(records, driver)
     total = sum(_size(i.path) for i in inputs)
     done = 0
     processes: dict[tuple[Any, ...], _Process] = {}
@@ -309,7 +317,7 @@ def merge(
                 if progress:
                     progress(base + consumed, total)
 
-            sources.append(_merge_one(index, item, out_base_ns, sink, processes, multi_run, result, report))
+            sources.append(_merge_one(index, item, out_base_ns, sink, processes, labels, result, report))
             done += _size(item.path)
             if progress:
                 progress(done, total)
@@ -384,7 +392,7 @@ def _merge_one(
     out_base_ns: int,
     sink: _Sink,
     processes: dict[tuple[Any, ...], _Process],
-    multi_run: bool,
+    labels: dict[tuple[str, ...], str],
     result: MergeResult,
     progress: Callable[[int], None],
 ) -> dict[str, Any]:
@@ -395,13 +403,13 @@ def _merge_one(
                    "engine", "version", "replica", "backend", "start_time", "end_time", "status")
     }
     source["file"] = item.path.name
-    source["label"] = record.who
+    source["label"] = labels[record.process]
     if not item.path.is_file():
         result.problems.append(f"{item.path}: missing")
         source["error"] = "missing"
         return source
     owner = (*record.process, record.group or "", record.rank)
-    mapper = _Mapper(index, owner, record, processes, multi_run)
+    mapper = _Mapper(index, owner, record, processes, labels[record.process])
     meta: dict[str, Any] = {}
     count = 0
     try:
@@ -441,12 +449,12 @@ class _Mapper:
     """Rewrite one input's events for the merged trace: pids, tids, clock, ids."""
 
     def __init__(self, index: int, owner: tuple[Any, ...], record: CaptureRecord,
-                 processes: dict[tuple[Any, ...], _Process], multi_run: bool) -> None:
+                 processes: dict[tuple[Any, ...], _Process], label: str) -> None:
         self.index = index
         self.owner = owner
         self.record = record
         self.processes = processes
-        self.multi_run = multi_run
+        self.label = label
         self.pids: dict[Any, _Process] = {}
         self.shift_us: float | None = None
 
@@ -462,7 +470,7 @@ class _Mapper:
             merged_key = (*self.owner, "pid", key)
         proc = self.processes.get(merged_key)
         if proc is None:
-            proc = _Process(self._new_pid(key), self.record, self.multi_run, len(self.processes) + STEPS_PID + 1)
+            proc = _Process(self._new_pid(key), self.record, self.label, len(self.processes) + STEPS_PID + 1)
             self.processes[merged_key] = proc
         self.pids[key] = proc
         return proc

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, final
@@ -508,6 +508,100 @@ class ManifestReader:
     def __iter__(self) -> Iterator[CaptureRecord]:
         for merged in self.merged():
             yield to_record(merged)
+
+
+def in_groups(record: CaptureRecord, groups: Collection[str]) -> bool:
+    """Return whether ``record`` was made by a process of one of ``groups``.
+
+    ``driver`` stands for every process outside a worker group (the driver, in a job with groups).
+    """
+    return (record.group or DRIVER) in groups
+
+
+def drivers(records: Iterable[CaptureRecord]) -> set[tuple[str, ...]]:
+    """Return the process keys (:attr:`CaptureRecord.process`) of the drivers among ``records``.
+
+    A driver is a process whose records name the group ``driver``, or, in a run where some
+    process belongs to a worker group, the one process of that run that belongs to none (the
+    process that registered the groups). Where a grouped run has several processes outside
+    every group, none of them is taken for the driver.
+    """
+    found: set[tuple[str, ...]] = set()
+    grouped: set[str] = set()
+    ungrouped: dict[str, set[tuple[str, ...]]] = {}
+    for record in records:
+        if record.is_engine:
+            continue
+        group = record.group
+        if group == DRIVER:
+            found.add(record.process)
+        elif group is None:
+            ungrouped.setdefault(record.run or "", set()).add(record.process)
+        else:
+            grouped.add(record.run or "")
+    for run in grouped:
+        alone = ungrouped.get(run, set())
+        if len(alone) == 1:
+            found |= alone
+    return found
+
+
+def process_names(records: Iterable[CaptureRecord],
+                  driver: Collection[tuple[str, ...]] | None = None) -> dict[tuple[str, ...], str]:
+    """Return a distinct row name per process of ``records`` (keys: :attr:`CaptureRecord.process`), in row order.
+
+    ``driver``: the driver processes, found with :func:`drivers` over every record of the run
+    (pass it when ``records`` are a filtered part of it); by default found among ``records``.
+
+    Rows: the driver first (``driver``), then worker processes by group and rank (``actor rank 0``,
+    or ``rank 0`` outside any group), then engine replicas (``vllm replica 1``). A rank number
+    alone never merges two processes: where two would share a name (a rollout actor and a trainer
+    both ``rank 0`` without groups), the roles the process ran are added (``rank 0 (rollout)``),
+    then ``host:pid``; with several runs, the run id.
+    """
+    records = list(records)
+    if driver is None:
+        driver = drivers(records)
+    base: dict[tuple[str, ...], str] = {}
+    order: dict[tuple[str, ...], tuple[Any, ...]] = {}
+    roles: dict[tuple[str, ...], list[str]] = {}
+    runs: set[str] = set()
+    for record in records:
+        key = record.process
+        if key not in base:
+            base[key] = DRIVER if key in driver else record.who
+            order[key] = _row_order(record, key in driver)
+        else:
+            order[key] = min(order[key], _row_order(record, key in driver))
+        seen = roles.setdefault(key, [])
+        name = record.role_name
+        if name not in seen:
+            seen.append(name)
+        runs.add(record.run or "")
+    names = dict(base)
+    for step in ("roles", "host"):
+        count: dict[tuple[str, str], int] = {}
+        for key, name in names.items():  # runs are told apart below
+            count[name, key[-1]] = count.get((name, key[-1]), 0) + 1
+        for key, name in names.items():
+            if count[name, key[-1]] < 2 or key[0] != "process":
+                continue
+            if step == "roles":
+                names[key] = f"{name} ({'+'.join(roles[key])})"
+            else:
+                names[key] = f"{name} {key[1]}:{key[2]}"
+    if len(runs) > 1:
+        names = {key: f"{name} · run {key[-1]}" for key, name in names.items()}
+    return {key: names[key] for key in sorted(names, key=order.__getitem__)}
+
+
+def _row_order(record: CaptureRecord, driver: bool) -> tuple[Any, ...]:
+    if driver:
+        return (0, "", -1, record.run or "", record.begin)
+    if record.is_engine:
+        return (2, record.engine or "", -1 if record.replica is None else record.replica, record.run or "",
+                record.begin)
+    return (1, record.group or "", -1 if record.rank is None else record.rank, record.run or "", record.begin)
 
 
 def read(save_path: str | os.PathLike[str], run: str | None = None) -> list[CaptureRecord]:

@@ -13,7 +13,7 @@ from typing import Any, Final, TextIO
 
 from .._layout import MANIFEST_DIR
 from .._plan import role_matches
-from ..manifest import CaptureRecord, ManifestReader, latest_run, runs
+from ..manifest import CaptureRecord, ManifestReader, in_groups, latest_run, runs
 
 #: Exit codes of every subcommand.
 OK: Final = 0
@@ -120,7 +120,8 @@ def add_filters(parser: argparse.ArgumentParser, *, run_default: str | None = No
                         help="only roles matching PATTERN (fnmatch, on the role name or path; 'step' for "
                              "whole-step captures; repeatable)")
     parser.add_argument("--rank", type=int, action="append", metavar="R", help="only rank R (repeatable)")
-    parser.add_argument("--group", action="append", metavar="NAME", help="only worker group NAME (repeatable)")
+    parser.add_argument("--group", action="append", metavar="NAME",
+                        help="only processes of worker group NAME ('driver': those outside every group; repeatable)")
     parser.add_argument("--status", choices=STATUSES, action="append", help="only this status (repeatable)")
 
 
@@ -137,7 +138,7 @@ def matcher(args: argparse.Namespace) -> Callable[[CaptureRecord], bool]:
             return False
         if ranks is not None and record.rank not in ranks:
             return False
-        if groups is not None and record.group not in groups:
+        if groups is not None and not in_groups(record, groups):
             return False
         if statuses and record.status not in statuses:
             return False
