@@ -130,6 +130,36 @@ def test_merge_clock_conventions_and_unique_flow_ids(tmp_path: Path, capsys: pyt
     assert "stream 7" in threads
 
 
+def test_merge_of_plain_batches_keeps_flows_apart_and_every_thread(tmp_path: Path) -> None:
+    # Torch-like: metadata first, then many events of one pid with flows between threads, in two
+    # captures that reuse the same flow ids; the reader cuts the array into several batches.
+    def events(pid: int) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = [{"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "main"}}]
+        for i in range(12000):
+            out.append({"ph": "X", "name": "op", "pid": pid, "tid": 1 + i % 3, "ts": 10.0 + i, "dur": 0.5})
+            if i % 400 == 0:
+                out += [{"ph": "s", "id": i, "pid": pid, "tid": 1, "ts": 10.0 + i, "name": "f", "cat": "ac2g"},
+                        {"ph": "f", "id": i, "pid": pid, "tid": 3, "ts": 11.0 + i, "name": "f", "cat": "ac2g",
+                         "bp": "e"}]
+        return out
+
+    head = {"baseTimeNanoseconds": 10**18}
+    run = _fake_run(tmp_path, {"a.json": ({"events": events(5), "head": head}, 1e9),
+                               "b.json": ({"events": events(6), "head": head}, 1e9)})
+    out = tmp_path / "m.json"
+    assert main(["merge", str(run), "--step", "4", "-o", str(out)]) == 0
+    trace = json.loads(out.read_text())
+    assert problems(trace) == []
+    assert sum(1 for e in trace["traceEvents"] if e["name"] == "op") == 24000
+    flows: dict[Any, list[str]] = {}
+    for e in trace["traceEvents"]:
+        if e["ph"] in "sf":
+            flows.setdefault(e["id"], []).append(e["ph"])
+    assert len(flows) == 60 and all(sorted(v) == ["f", "s"] for v in flows.values())
+    threads = {(e["pid"], e["tid"]) for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {(pid, tid) for pid in (5, 6) for tid in (1, 2, 3)} <= threads
+
+
 def test_merge_reports_a_damaged_input_and_keeps_the_rest(run_dir: Path, tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     copy = tmp_path / "run"
