@@ -488,7 +488,14 @@ class ManifestReader:
                     else:
                         entry.update(record)
                     continue
-                entry = (waiting.pop(key, None) or done.pop(key, None) or pending.pop(key, None)) if key else None
+                entry = None
+                if key:  # the emptiness tests skip lookups in the common lean case (nothing waits)
+                    if waiting:
+                        entry = waiting.pop(key, None)
+                    if entry is None and done:
+                        entry = done.pop(key, None)
+                    if entry is None and pending:
+                        entry = pending.pop(key, None)
                 if entry is not None:
                     entry.update(record)
                     record = entry
@@ -506,8 +513,7 @@ class ManifestReader:
                 yield record
 
     def __iter__(self) -> Iterator[CaptureRecord]:
-        for merged in self.merged():
-            yield to_record(merged)
+        return map(CaptureRecord, self.merged())
 
 
 def in_groups(record: CaptureRecord, groups: Collection[str]) -> bool:

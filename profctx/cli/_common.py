@@ -93,6 +93,8 @@ def stream_run(folder: str, args: argparse.Namespace | None = None, *, run: str 
     reader = ManifestReader(path, wanted, lean=lean)
     if args is None:
         return path, reader, iter(reader)
+    if not any(getattr(args, name, None) for name in ("step", "rank", "group", "status", "role")):
+        return path, reader, iter(reader)
     keep = matcher(args)
     return path, reader, (r for r in reader if keep(r))
 
