@@ -14,11 +14,8 @@ Everything outside the array (metadata keys, before or after it) is decoded valu
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import queue
-import threading
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -35,8 +32,6 @@ except ImportError:  # pragma: no cover - exercised when the extra is absent
 
 #: Bytes read from the file per refill (compressed bytes for ``.gz``).
 CHUNK: Final = 1 << 20
-#: Decoded chunks the decompressing thread may hold ready.
-_AHEAD: Final = 3
 #: Key of the event array in the object form of a trace.
 EVENTS: Final = "traceEvents"
 #: Boundaries tried per buffer before the reader falls back to one value at a time.
@@ -69,11 +64,6 @@ class TraceStream:
         self._eof = False
         self._damage: str | None = None
         self._consumed = 0
-        # Decompression of the event array runs ahead on a thread (zlib releases the GIL), so it
-        # overlaps the parsing of what came before; at most _AHEAD chunks wait.
-        self._ahead: queue.Queue[bytes] | None = None
-        self._thread: threading.Thread | None = None
-        self._stop = False
 
     @property
     def consumed(self) -> int:
@@ -81,14 +71,7 @@ class TraceStream:
         return self._consumed
 
     def close(self) -> None:
-        """Stop the decompressing thread, if any, and close the file."""
-        thread = self._thread
-        if thread is not None:
-            self._stop = True
-            while thread.is_alive():
-                with contextlib.suppress(queue.Empty):
-                    self._ahead.get(timeout=0.05)  # type: ignore[union-attr]
-            self._thread = None
+        """Close the file."""
         self._raw.close()
 
     def __enter__(self) -> TraceStream:
@@ -148,10 +131,6 @@ class TraceStream:
             raise TraceFormatError(f"{self.path}: {why}") from None
 
     def _array(self) -> Iterator[list[Any]]:
-        if self._inflate is not None and self._thread is None and not self._eof:
-            self._ahead = queue.Queue(maxsize=_AHEAD)
-            self._thread = threading.Thread(target=self._run_ahead, name="profctx-trace-inflate", daemon=True)
-            self._thread.start()
         while True:
             c = self._peek()
             if c == 0x5D:  # ]
@@ -188,32 +167,8 @@ class TraceStream:
             return batch
         return None
 
-    def _run_ahead(self) -> None:
-        """Decompress the rest of the file into the queue, ending with ``b""`` (on a thread of its own)."""
-        ahead = self._ahead
-        assert ahead is not None
-        while not self._stop:
-            try:
-                data = self._decode()
-            except BaseException as exc:  # noqa: BLE001 - handed to the reading thread as damage
-                self._damage = f"{type(exc).__name__}: {exc}"
-                data = b""
-            while not self._stop:
-                try:
-                    ahead.put(data, timeout=0.05)
-                    break
-                except queue.Full:
-                    continue
-            if not data:
-                return
-
     def _read(self) -> bytes:
         """Return the next decoded bytes of the file (about :data:`CHUNK`), or ``b""`` at its end (damage noted)."""
-        if self._ahead is not None:
-            return self._ahead.get()
-        return self._decode()
-
-    def _decode(self) -> bytes:
         while True:
             if self._inflate is not None and self._inflate.unconsumed_tail:
                 raw = self._inflate.unconsumed_tail  # input left over by the output cap of the last call
@@ -235,6 +190,7 @@ class TraceStream:
                     data += self._inflate.decompress(rest, CHUNK)
             except zlib.error as exc:
                 self._damage = f"the gzip data is damaged ({exc})"
+                self._raw.seek(0, os.SEEK_END)
                 self._consumed = self.size
                 return b""
             if data:
