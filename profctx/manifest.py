@@ -344,6 +344,7 @@ class CaptureRecord:
 
 
 _STARTED: Final = b'"event":"started"'
+_GROUP: Final = b'"group"'
 _CAPTURE: Final = b'"capture":"'
 
 
@@ -467,6 +468,34 @@ class ManifestReader:
         for record in parsed:
             if record is not None:
                 yield record
+
+    def shard_processes(self) -> Iterator[tuple[str, str | None, int | None, str | None]]:
+        """Yield ``(run, host, pid, group)`` of each shard's process (one process per shard).
+
+        The group is the first one a line of the shard names (a process may be put in a group
+        after its first records); ``None`` when no line does. Lines without a group are not
+        parsed, but the first, which says who the process is.
+        """
+        for shard in self.shards():
+            try:
+                data = shard.read_bytes()
+            except OSError:
+                continue
+            who: CaptureRecord | None = None
+            group = None
+            for number, line in enumerate(data.splitlines(), 1):
+                if who is not None and _GROUP not in line:
+                    continue
+                record = self._parse(shard.name, number, line)
+                if record is None:
+                    continue
+                typed = CaptureRecord(record)
+                who = who or typed
+                group = typed.group
+                if group is not None:
+                    break
+            if who is not None:
+                yield str(who.run), who.host, who.pid, group
 
     def merged(self) -> Iterator[dict[str, Any]]:
         """Yield one merged dict per capture: finished ones as their shard is read, open ones at the end."""

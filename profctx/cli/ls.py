@@ -6,10 +6,10 @@ import argparse
 import gc
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
-from ..manifest import DRIVER, CaptureRecord
+from ..manifest import DRIVER, CaptureRecord, ManifestReader
 from ._common import (
     FINDINGS,
     OK,
@@ -75,12 +75,13 @@ def _table(args: argparse.Namespace, records: Iterator[CaptureRecord], damaged: 
     # holds one small tuple per capture, not its record.
     cells: dict[str, str] = {}
     sizes: dict[int | None, str] = {}
-    rows: list[tuple[float, int, tuple[str, ...]]] = []
+    rows: list[tuple[float, int, tuple[str, ...], tuple[str, str | None, int | None] | None]] = []
     counts: dict[str, int] = {}
     runs: set[str] = set()
-    # Per run: whether any process belongs to a worker group, and the processes that belong to none.
+    # Runs with a worker group, and the processes (run, host, pid) outside every group: the driver
+    # is the only one of its run. Each process's key is one shared tuple, held by its rows.
     grouped: set[str] = set()
-    ungrouped: dict[str, set[tuple[str | None, int | None]]] = {}
+    ungrouped: dict[tuple[str, str | None, int | None], tuple[str, str | None, int | None]] = {}
     files = total = 0
     failed = False
     intern = cells.setdefault
@@ -98,6 +99,7 @@ def _table(args: argparse.Namespace, records: Iterator[CaptureRecord], damaged: 
         if shown is None:
             shown = sizes[written] = size(written)
         rank = record.rank
+        process = None
         if record.is_engine:
             replica = record.replica
             who = f"r{'?' if replica is None else replica}"
@@ -106,7 +108,8 @@ def _table(args: argparse.Namespace, records: Iterator[CaptureRecord], damaged: 
             group = record.group
             who = "-" if rank is None else str(rank)
             if group is None:
-                ungrouped.setdefault(run_id, set()).add((record.host, record.pid))
+                key = (run_id, record.host, record.pid)
+                process = ungrouped.setdefault(key, key)
             elif group == DRIVER:
                 who = DRIVER
             else:
@@ -116,18 +119,18 @@ def _table(args: argparse.Namespace, records: Iterator[CaptureRecord], damaged: 
         row = (run_id, steps_text(record), record.role or "step", who, source, status,
                str(listed), shown if listed else "-", seconds(record.duration_s),
                note(record) if status != "ok" or record.notes else "")
-        rows.append((record.begin, -1 if rank is None else rank, tuple(map(intern, row, row))))
+        rows.append((record.begin, -1 if rank is None else rank, tuple(map(intern, row, row)), process))
     for where in damaged:
         print(f"profctx ls: skipped an unreadable manifest line ({where}), likely cut by a crash", file=sys.stderr)
     if not rows:
         print("no captures match the filters" if _filtered(args) else "no captures recorded")
         return OK
-    # In a run with worker groups, the one process outside every group is the driver.
-    drivers = {run_id for run_id in grouped if len(ungrouped.get(run_id, ())) == 1}
+    # Filters hide processes: then the run's layout comes from its shards, one per process.
+    drivers = _drivers(args) if _filtered(args) else _alone(grouped, ungrouped)
     if drivers:
-        for index, (begin, order, shown_row) in enumerate(rows):
-            if shown_row[0] in drivers and shown_row[3][:1] in _UNGROUPED:
-                rows[index] = (begin, order, (*shown_row[:3], DRIVER, *shown_row[4:]))
+        for index, (begin, order, shown_row, process) in enumerate(rows):
+            if process is not None and process in drivers:
+                rows[index] = (begin, order, (*shown_row[:3], DRIVER, *shown_row[4:]), process)
     rows.sort(key=lambda item: (item[0], item[1]))
     style = Style(sys.stdout)
     headers = ["RUN", "STEP", "ROLE", "RANK", "SOURCE", "STATUS", "FILES", "SIZE", "DURATION", "NOTE"]
@@ -138,7 +141,7 @@ def _table(args: argparse.Namespace, records: Iterator[CaptureRecord], damaged: 
     def paint(column: int, cell: str) -> str:
         return style.status(cell.strip()) + cell[len(cell.strip()):] if column == status_col else cell
 
-    print(table(headers[first:], [row[first:] for _, _, row in rows], right=right,
+    print(table(headers[first:], [row[first:] for _, _, row, _ in rows], right=right,
                 paint=paint if style.enabled else None))
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     print(style(f"{len(rows)} captures ({summary}), {files} files, {size(total)}", "dim"))
@@ -182,6 +185,27 @@ def _json(records: Iterator[CaptureRecord], damaged: list[str]) -> int:
     for where in damaged:
         print(f"profctx ls: skipped an unreadable manifest line ({where}), likely cut by a crash", file=sys.stderr)
     return FINDINGS if failed else OK
+
+
+def _alone(grouped: set[str], ungrouped: Iterable[tuple[str, str | None, int | None]],
+           ) -> set[tuple[str, str | None, int | None]]:
+    """Return the (run, host, pid) of each run's driver: in a run with groups, its one process outside them."""
+    per_run: dict[str, list[tuple[str, str | None, int | None]]] = {}
+    for key in ungrouped:
+        per_run.setdefault(key[0], []).append(key)
+    return {keys[0] for run_id, keys in per_run.items() if run_id in grouped and len(keys) == 1}
+
+
+def _drivers(args: argparse.Namespace) -> set[tuple[str, str | None, int | None]]:
+    """Return the (run, host, pid) of the drivers of ``args.dir``, whatever the filters (read from its shards)."""
+    grouped: set[str] = set()
+    ungrouped: list[tuple[str, str | None, int | None]] = []
+    for run_id, host, pid, group in ManifestReader(args.dir).shard_processes():
+        if group is None:
+            ungrouped.append((run_id, host, pid))
+        elif group != DRIVER:
+            grouped.add(run_id)
+    return _alone(grouped, ungrouped)
 
 
 def _filtered(args: argparse.Namespace) -> bool:

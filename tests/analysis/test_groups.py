@@ -93,6 +93,11 @@ def test_ls_shows_group_and_rank_and_filters_by_group(job: Path, capsys: pytest.
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1 + 4 + 1 and all(" rollout:" in line for line in lines[1:-1])
 
+    # Filtered, the driver is still named the driver (the run's layout comes from all its shards).
+    assert main(["ls", str(job), "--group", "driver", "--step", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and lines[1].split()[:3] == ["2", "train", "driver"]
+
     assert main(["ls", str(job), "--group", "driver", "--json"]) == 0
     records = json.loads(capsys.readouterr().out)
     assert [(r["role"], r["pid"], r.get("group")) for r in records] == [("train", 100, None)] * 2
@@ -159,3 +164,17 @@ def test_report_rows_per_process_and_group_filter(job: Path, tmp_path: Path) -> 
     assert main(["report", str(job), "--group", "driver", "--group", "actor", "-o", str(out)]) == 0
     labels = re.findall(r"<text class=rowlabel[^>]*>([^<]+)</text>", out.read_text(encoding="utf-8"))
     assert labels == ["driver", "actor rank 0", "actor rank 1"]
+
+
+def test_a_second_process_outside_the_groups_is_not_taken_for_the_driver(job: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    shard = job / ".profctx" / "job.rank0.node.999.jsonl"
+    line = {"v": 1, "run": "job", "rank": 0, "world_size": 1, "host": "node", "pid": 999, "capture": "lone",
+            "kind": "role", "steps": [1], "step": 1, "role": "reward", "backend": "torch", "event": "finished",
+            "status": "ok", "start_time": ORIGIN + 0.1, "end_time": ORIGIN + 0.2, "duration_s": 0.1, "files": []}
+    shard.write_text(json.dumps(line) + "\n")
+    names = process_names(ManifestReader(job))
+    assert "driver" not in names.values() and len(set(names.values())) == 6
+    for argv in (["ls", str(job)], ["ls", str(job), "--step", "1"]):
+        assert main(argv) == 0
+        assert " driver " not in capsys.readouterr().out
