@@ -32,6 +32,8 @@ except ImportError:  # pragma: no cover - exercised when the extra is absent
 
 #: Bytes read from the file per refill (compressed bytes for ``.gz``).
 CHUNK: Final = 1 << 20
+#: Bytes decoded at first for one value outside the event array (widened as needed).
+_WINDOW: Final = 1 << 14
 #: Key of the event array in the object form of a trace.
 EVENTS: Final = "traceEvents"
 #: Boundaries tried per buffer before the reader falls back to one value at a time.
@@ -221,17 +223,28 @@ class TraceStream:
 
     def _value(self) -> Any:
         self._peek()
+        # Decode a window of the buffer, not all of it: most values (a metadata key, one event)
+        # are small, and decoding the whole buffer for each cost more than parsing them.
+        window = _WINDOW
         while True:
-            text = self._buf[self._pos:].decode("utf-8", "surrogateescape")
+            whole = len(self._buf) - self._pos <= window
+            text = self._buf[self._pos:self._pos + window].decode("utf-8", "surrogateescape")
             try:
                 value, end = _DECODER.raw_decode(text)
             except json.JSONDecodeError:
-                # The value may run past the buffer: read more and decode it again.
+                # The value may run past the window or the buffer: widen it, or read more.
+                if not whole:
+                    window *= 8
+                    continue
                 if self._fill():
                     continue
                 raise
-            if end == len(text) and not self._eof and self._fill():
-                continue  # a number at the very end of the buffer may continue in the next chunk
+            if end == len(text):  # a number at the very end may go on past it
+                if not whole:
+                    window *= 8
+                    continue
+                if not self._eof and self._fill():
+                    continue
             self._pos += len(text[:end].encode("utf-8", "surrogateescape"))
             return value
 

@@ -194,17 +194,20 @@ def test_merge_progress_bar_is_drawn_when_asked(run_dir: Path, tmp_path: Path,
     assert "merging" in err and "100%" in err
 
 
+@pytest.mark.parametrize("window", [1, 1 << 14])
 @pytest.mark.parametrize("parser", ["orjson", "stdlib"])
 @pytest.mark.parametrize("chunk", [1, 7, 64, 4096])
 def test_stream_reader_survives_any_chunk_boundary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                   chunk: int, parser: str) -> None:
+                                                   chunk: int, parser: str, window: int) -> None:
+    monkeypatch.setattr(_tracejson, "_WINDOW", window)
     if parser == "stdlib":  # what a core-only install (no 'cli' extra) runs
         monkeypatch.setattr(_tracejson, "_loads", json.loads)
         monkeypatch.setattr(_tracejson, "_ParseError", (ValueError,))
     # Names holding "}, {" and nested lists of objects put false element boundaries in the text.
     events = [{"ph": "X", "name": f"op{i} \u00e9\\\" }}, {{", "pid": 1, "tid": 2, "ts": 12345.678 + i,
                "dur": 1e-3 * i, "args": {"nested": [1, {"a": None}, {"b": "}, {"}]}} for i in range(20)]
-    head = {"schemaVersion": 1, "baseTimeNanoseconds": 1234567890123456789}
+    head = {"schemaVersion": 1, "baseTimeNanoseconds": 1234567890123456789,
+            "deviceProperties": [{"name": f"gpu \u00e9 {i}", "memory": 8 * 10**9 + i} for i in range(300)]}
     path = tmp_path / "t.json.gz"
     with gzip.open(path, "wt", encoding="utf-8") as fh:
         json.dump({**head, "traceEvents": events, "traceName": "x"}, fh, indent=1)
