@@ -453,11 +453,12 @@ class ManifestReader:
         covered: dict[str, int] = {}  # capture id -> index of its last finished record holding start_time
         for index, line in enumerate(lines):
             # The writer's compact JSON: inside a string every quote is escaped, so this is a key.
-            if _STARTED in line:
+            # A line cut short (no closing brace) is parsed, so that it is reported as damaged.
+            if _STARTED in line and line.rstrip().endswith(b"}"):
                 started.append((index, line))
                 continue
             record = parsed[index] = self._parse(name, index + 1, line)
-            if record is not None and "start_time" in record:
+            if record is not None and "start_time" in record and record.get("event") != "started":
                 key = record.get("capture")
                 if type(key) is str:
                     covered[key] = index

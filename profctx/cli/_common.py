@@ -281,11 +281,3 @@ def source_text(record: CaptureRecord) -> str:
         engine = record.engine or "engine"
         return f"{engine} {record.version}" if record.version else engine
     return record.backend or "-"
-
-
-def who_text(record: CaptureRecord) -> str:
-    """Return the rank (``0``, ``actor:0`` with a group) or, for an engine capture, the replica (``r1``)."""
-    if record.is_engine:
-        return f"r{'?' if record.replica is None else record.replica}"
-    rank = "-" if record.rank is None else str(record.rank)
-    return f"{record.group}:{rank}" if record.group else rank

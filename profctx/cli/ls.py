@@ -7,7 +7,7 @@ import gc
 import json
 import sys
 from collections.abc import Iterable, Iterator
-from typing import Any, Final
+from typing import Any
 
 from ..manifest import DRIVER, CaptureRecord, ManifestReader
 from ._common import (
@@ -33,10 +33,6 @@ except ImportError:  # pragma: no cover - the cli extra is absent
 
     def _encode(data: Any) -> bytes:
         return json.dumps(data, default=str, indent=2).encode()
-
-
-#: First characters of the RANK cell of a process outside any worker group (a rank, or "-").
-_UNGROUPED: Final = frozenset("-0123456789")
 
 
 def register(subparsers: Any) -> None:
