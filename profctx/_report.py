@@ -101,6 +101,14 @@ def render(summary: Summary, records: Sequence[CaptureRecord], *, damaged: Seque
     return "".join(parts)
 
 
+def _identity(key: tuple[str, ...]) -> str:
+    """Return who a timeline row is, from its process key (:attr:`CaptureRecord.process`)."""
+    if key[0] == "engine":
+        return f"{key[1]} replica {key[2]}, run {key[3]}"
+    _, host, pid, group, rank, run = key
+    return f"host {host}, pid {pid}" + (f", group {group}" if group else "") + f", rank {rank}, run {run}"
+
+
 def _ticks(span: float) -> float:
     raw = span / 8
     power = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1.0
@@ -167,8 +175,10 @@ def _timeline(records: Sequence[CaptureRecord], palette: dict[str, str], empty: 
         k += 1
     svg.append("</g>")
     for key in keys:
-        svg.append(f'<text class=rowlabel x="{left - 8}" y="{row_y[key] + _ROW - 5}" text-anchor=end>'
-                   f"{e(rows[key])}</text>")
+        # The name says group and rank; hovering it gives the process behind it.
+        svg.append(f"<g class=rowhead><title>{e(_identity(key))}</title>"
+                   f'<text class=rowlabel x="{left - 8}" y="{row_y[key] + _ROW - 5}" text-anchor=end>'
+                   f"{e(rows[key])}</text></g>")
     for record in timed:
         by = row_y[record.process] + lanes[record.capture] * _ROW
         bx = left + (record.begin - t0) * scale

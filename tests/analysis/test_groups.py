@@ -159,8 +159,12 @@ def test_merge_keeps_one_process_per_worker_and_filters_by_group(job: Path, tmp_
 def test_report_rows_per_process_and_group_filter(job: Path, tmp_path: Path) -> None:
     out = tmp_path / "r.html"
     assert main(["report", str(job), "-o", str(out)]) == 0
-    labels = re.findall(r"<text class=rowlabel[^>]*>([^<]+)</text>", out.read_text(encoding="utf-8"))
+    page = out.read_text(encoding="utf-8")
+    labels = re.findall(r"<text class=rowlabel[^>]*>([^<]+)</text>", page)
     assert labels == ["driver", "actor rank 0", "actor rank 1", "rollout rank 0", "rollout rank 1"]
+    # Hovering a row name shows the process: host and pid, group and rank.
+    assert "<title>host node, pid 100, rank 0, run job</title>" in page
+    assert "<title>host node, pid 300, group rollout, rank 0, run job</title>" in page
     assert main(["report", str(job), "--group", "driver", "--group", "actor", "-o", str(out)]) == 0
     labels = re.findall(r"<text class=rowlabel[^>]*>([^<]+)</text>", out.read_text(encoding="utf-8"))
     assert labels == ["driver", "actor rank 0", "actor rank 1"]
