@@ -9,8 +9,9 @@ The merged file's ``baseTimeNanoseconds`` is the whole second at or before the e
 capture start, and its ``ts`` are relative to it, so readers of either convention agree.
 
 Processes. One process of the merged trace per process of the job: a worker (run, host, pid,
-group and rank) or an engine replica, named ``rank 0``, ``actor rank 0``, ``vllm replica 1``
-(with the run id when several runs are merged, and host:pid when two would share a name).
+group and rank) or an engine replica, named as :func:`profctx.manifest.process_names` names
+rows: ``driver``, ``actor rank 0``, ``rank 0``, ``vllm replica 1`` (with the run id when several
+runs are merged, the roles or host:pid when two would share a name).
 Every capture of that process lands in it; a ``profctx captures`` thread holds one span per
 capture (``step 3 · actor_update``), and a first ``steps`` process holds one span per step.
 Flow and async ids are made unique per capture. Inputs are streamed in batches
@@ -29,12 +30,13 @@ import threading
 import zlib
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 from typing import IO, Any, Final
 
 from ._layout import temporary
 from ._tracejson import EVENTS, TraceFormatError, TraceStream, header, is_trace_file
-from .manifest import CaptureRecord
+from .manifest import DRIVER, CaptureRecord, process_names
 
 try:
     import orjson as _orjson
@@ -213,11 +215,11 @@ class _Sink:
 class _Process:
     """One process of the merged trace."""
 
-    def __init__(self, pid: int, record: CaptureRecord, multi_run: bool, order: int) -> None:
+    def __init__(self, pid: int, record: CaptureRecord, label: str, order: int) -> None:
         self.pid = pid
         self.order = order
         self.record = record
-        self.label = record.who + (f" · run {record.run}" if multi_run and record.run else "")
+        self.label = label
         self.original_name: str | None = None
         self.threads: dict[Any, int] = {}
         self.thread_names: dict[int, str] = {CAPTURES_TID: "profctx captures"}
@@ -240,6 +242,8 @@ class _Process:
         r = self.record
         if r.is_engine:
             return f"run {r.run}, {r.engine} {r.version or ''} replica {r.replica}, host {r.host}, pid {r.pid}"
+        if self.label.startswith(DRIVER):
+            return f"run {r.run}, driver, host {r.host}, pid {r.pid}"
         group = f"group {r.group}, " if r.group else ""
         return f"run {r.run}, {group}rank {r.rank} of {r.world_size}, host {r.host}, pid {r.pid}"
 
@@ -268,8 +272,12 @@ def merge(
     steps: Sequence[int] | None = None,
     compress_level: int = 1,
     progress: Callable[[int, int], None] | None = None,
+    driver: Collection[tuple[str, ...]] | None = None,
 ) -> MergeResult:
     """Write one ``.json.gz`` (or ``.json``) Chrome trace holding every event of ``inputs``.
+
+    ``driver``: the driver processes of the run (see :func:`profctx.manifest.process_names`),
+    when ``inputs`` are a filtered part of it.
 
     The file is written under a temporary name and renamed. A missing or damaged input is
     reported in :attr:`MergeResult.problems` (events read before the damage are kept).
@@ -288,6 +296,7 @@ def merge(
     result.runs = list(dict.fromkeys(r.run or "" for r in records))
     result.steps = sorted({s for r in records for s in r.steps} if steps is None else set(steps))
     multi_run = len(result.runs) > 1
+    labels = process_names(records, driver)
     total = sum(_size(i.path) for i in inputs)
     done = 0
     processes: dict[tuple[Any, ...], _Process] = {}
@@ -309,7 +318,7 @@ def merge(
                 if progress:
                     progress(base + consumed, total)
 
-            sources.append(_merge_one(index, item, out_base_ns, sink, processes, multi_run, result, report))
+            sources.append(_merge_one(index, item, out_base_ns, sink, processes, labels, result, report))
             done += _size(item.path)
             if progress:
                 progress(done, total)
@@ -384,7 +393,7 @@ def _merge_one(
     out_base_ns: int,
     sink: _Sink,
     processes: dict[tuple[Any, ...], _Process],
-    multi_run: bool,
+    labels: dict[tuple[str, ...], str],
     result: MergeResult,
     progress: Callable[[int], None],
 ) -> dict[str, Any]:
@@ -395,13 +404,13 @@ def _merge_one(
                    "engine", "version", "replica", "backend", "start_time", "end_time", "status")
     }
     source["file"] = item.path.name
-    source["label"] = record.who
+    source["label"] = labels[record.process]
     if not item.path.is_file():
         result.problems.append(f"{item.path}: missing")
         source["error"] = "missing"
         return source
     owner = (*record.process, record.group or "", record.rank)
-    mapper = _Mapper(index, owner, record, processes, multi_run)
+    mapper = _Mapper(index, owner, record, processes, labels[record.process])
     meta: dict[str, Any] = {}
     count = 0
     try:
@@ -441,12 +450,12 @@ class _Mapper:
     """Rewrite one input's events for the merged trace: pids, tids, clock, ids."""
 
     def __init__(self, index: int, owner: tuple[Any, ...], record: CaptureRecord,
-                 processes: dict[tuple[Any, ...], _Process], multi_run: bool) -> None:
+                 processes: dict[tuple[Any, ...], _Process], label: str) -> None:
         self.index = index
         self.owner = owner
         self.record = record
         self.processes = processes
-        self.multi_run = multi_run
+        self.label = label
         self.pids: dict[Any, _Process] = {}
         self.shift_us: float | None = None
 
@@ -462,7 +471,7 @@ class _Mapper:
             merged_key = (*self.owner, "pid", key)
         proc = self.processes.get(merged_key)
         if proc is None:
-            proc = _Process(self._new_pid(key), self.record, self.multi_run, len(self.processes) + STEPS_PID + 1)
+            proc = _Process(self._new_pid(key), self.record, self.label, len(self.processes) + STEPS_PID + 1)
             self.processes[merged_key] = proc
         self.pids[key] = proc
         return proc
@@ -484,8 +493,12 @@ class _Mapper:
         """Rewrite ``events`` in place; return those to keep.
 
         The common event (an int pid kept as is, an int tid, a clock shift of zero) is only
-        looked at, never rewritten: this loop is most of a merge's time.
+        looked at, never rewritten. A batch made only of such events (and of flow events,
+        whose ids alone change) is recognised by a few passes in C, without a Python loop
+        over every event: that loop was most of a merge's time.
         """
+        if self._plain(events):
+            return events
         shift = self.shift_us or 0.0
         id_high = self.index << _ID_BITS
         prefix = f"c{self.index}:"
@@ -528,6 +541,49 @@ class _Mapper:
                         event[id_key] = prefix + value
             kept.append(event)
         return kept
+
+    def _plain(self, events: list[Any]) -> bool:
+        """Return whether the per-event loop would keep every event and change only flow ids; change those.
+
+        True when there is no clock shift and every event is a dict with a phase other than
+        ``M``, the one int pid of the batch is kept as is, and every tid is an int (then
+        registered, as the loop does).
+        """
+        if self.shift_us or not events:
+            return False
+        try:
+            phases = set(map(dict.get, events, repeat("ph")))
+            pids = set(map(dict.get, events, repeat("pid")))
+            tids = set(map(dict.get, events, repeat("tid")))
+        except TypeError:  # an element that is not a dict
+            return False
+        if len(pids) != 1 or None in phases or "M" in phases:
+            return False
+        pid = next(iter(pids))
+        proc = self.pids.get(pid) if type(pid) is int else None
+        if proc is None or proc.pid != pid:
+            return False
+        threads = proc.threads
+        known: list[int] = []
+        for tid in tids:
+            if type(tid) is not int:
+                return False
+            known.append(tid)
+        for number in known:
+            if number not in threads:
+                threads[number] = number
+        if not _ID_PHASES.isdisjoint(phases):
+            id_high = self.index << _ID_BITS
+            prefix = f"c{self.index}:"
+            for event in events:
+                if event["ph"] in _ID_PHASES:
+                    for id_key in ("id", "bind_id"):
+                        value = event.get(id_key)
+                        if type(value) is int:
+                            event[id_key] = id_high | (value & _ID_MASK)
+                        elif type(value) is str:
+                            event[id_key] = prefix + value
+        return True
 
     def _slow(self, event: dict[str, Any], original: Any) -> _Process | None:
         """Rewrite an event of a pid not seen yet, or of one of torch's string pseudo-processes."""

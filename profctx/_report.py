@@ -12,11 +12,11 @@ import html
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Final
 
-from .analysis import CaptureSummary, Summary, process_names
-from .manifest import CaptureRecord
+from .analysis import CaptureSummary, Summary
+from .manifest import CaptureRecord, process_names
 
 #: 20 colours of high mutual contrast (Kelly's list without white and black), given to roles in order of
 #: first appearance, so no two of the first 20 roles share one.
@@ -34,8 +34,13 @@ def colours(roles: Sequence[str]) -> dict[str, str]:
     return {role: PALETTE[i % len(PALETTE)] for i, role in enumerate(dict.fromkeys(roles))}
 
 
-def render(summary: Summary, records: Sequence[CaptureRecord], *, damaged: Sequence[str] = ()) -> str:
-    """Return the report page of ``summary`` (``records``: every capture listed, whatever its status)."""
+def render(summary: Summary, records: Sequence[CaptureRecord], *, damaged: Sequence[str] = (),
+           driver: Collection[tuple[str, ...]] | None = None) -> str:
+    """Return the report page of ``summary`` (``records``: every capture listed, whatever its status).
+
+    ``driver``: the driver processes of the run, when ``records`` are filtered
+    (see :func:`profctx.manifest.process_names`).
+    """
     e = html.escape
     all_roles = list(dict.fromkeys([*summary.roles, *(r.role or "step" for r in records)]))
     palette = colours(all_roles)
@@ -45,14 +50,14 @@ def render(summary: Summary, records: Sequence[CaptureRecord], *, damaged: Seque
     by_capture = {c.record.capture: c for c in [*summary.captures, *summary.engines]}
     empty = [c for c in by_capture.values() if c.empty]
     runs = sorted({r.run or "-" for r in records})
-    names = process_names(records)
+    names = process_names(records, driver)
     status_text = ", ".join(f'<span class="st-{e(s)}">{n} {e(s)}</span>' for s, n in sorted(statuses.items()))
     parts = [
         "<!DOCTYPE html><html lang=en><head><meta charset=utf-8>",
         f"<title>profctx report: {e(', '.join(runs))}</title><style>{_CSS}</style></head><body>",
         f"<h1>profctx report</h1><p class=meta>run <b>{e(', '.join(runs))}</b> · {e(str(summary.save_path))}</p>",
         f"<p class=meta id=summary>{len(records)} captures ({status_text}) · steps {e(_span(summary.steps))} · "
-        f"{len(_rows(records))} processes · {_size(sum(r.bytes or 0 for r in records))}</p>",
+        f"{len(names)} processes · {_size(sum(r.bytes or 0 for r in records))}</p>",
     ]
     if damaged:
         parts.append(f"<p class=warn>{len(damaged)} manifest line(s) unreadable (a write cut by a crash): "
@@ -69,7 +74,7 @@ def render(summary: Summary, records: Sequence[CaptureRecord], *, damaged: Seque
                  "driver); bars are captures, coloured by role, on one wall-clock axis; grey bands are steps. "
                  "Hatched red: failed; grey diamond: skipped; dashed: never finished; white with a dot: the "
                  "trace holds no operator. Hover a bar for its details, click it to jump to its row.</p>")
-    parts.append(_timeline(records, palette, {c.record.capture for c in empty}))
+    parts.append(_timeline(records, palette, {c.record.capture for c in empty}, names))
     parts.append(_legend(all_roles, palette))
     parts.append("<h2>Phases per step</h2><p class=hint>Each role's time in the step is that of its slowest "
                  "process (ranks run a role together, the slowest sets the pace); the bar shows each role's share "
@@ -96,20 +101,12 @@ def render(summary: Summary, records: Sequence[CaptureRecord], *, damaged: Seque
     return "".join(parts)
 
 
-def _rows(records: Sequence[CaptureRecord]) -> dict[tuple[str, ...], str]:
-    """Return the timeline rows in display order: process key -> distinct name."""
-    names = process_names(records)
-    ordered = sorted(records, key=_row_order)
-    return {key: names[key] for key in dict.fromkeys(r.process for r in ordered)}
-
-
-def _row_order(record: CaptureRecord) -> tuple[int, str, int, str, float]:
-    if record.group == "driver":
-        return (0, "", 0, "", 0.0)
-    if record.is_engine:
-        return (2, record.engine or "", record.replica if record.replica is not None else -1, record.run or "",
-                record.begin)
-    return (1, record.group or "", record.rank if record.rank is not None else -1, record.run or "", record.begin)
+def _identity(key: tuple[str, ...]) -> str:
+    """Return who a timeline row is, from its process key (:attr:`CaptureRecord.process`)."""
+    if key[0] == "engine":
+        return f"{key[1]} replica {key[2]}, run {key[3]}"
+    _, host, pid, group, rank, run = key
+    return f"host {host}, pid {pid}" + (f", group {group}" if group else "") + f", rank {rank}, run {run}"
 
 
 def _ticks(span: float) -> float:
@@ -118,11 +115,12 @@ def _ticks(span: float) -> float:
     return next((power * m for m in (1, 2, 5, 10) if power * m >= raw), power * 10)
 
 
-def _timeline(records: Sequence[CaptureRecord], palette: dict[str, str], empty: set[str]) -> str:
+def _timeline(records: Sequence[CaptureRecord], palette: dict[str, str], empty: set[str],
+              names: dict[tuple[str, ...], str]) -> str:
     timed = [r for r in records if r.begin]
     if not timed:
         return "<p class=note>no captures with a time</p>"
-    rows = _rows(records)
+    rows = names
     keys = list(rows)
     # Room for the longest row name (about 7 px a character at the label's 12 px font).
     left = min(max(_LEFT, 16 + 7 * max(len(name) for name in rows.values())), 420)
@@ -177,8 +175,10 @@ def _timeline(records: Sequence[CaptureRecord], palette: dict[str, str], empty: 
         k += 1
     svg.append("</g>")
     for key in keys:
-        svg.append(f'<text class=rowlabel x="{left - 8}" y="{row_y[key] + _ROW - 5}" text-anchor=end>'
-                   f"{e(rows[key])}</text>")
+        # The name says group and rank; hovering it gives the process behind it.
+        svg.append(f"<g class=rowhead><title>{e(_identity(key))}</title>"
+                   f'<text class=rowlabel x="{left - 8}" y="{row_y[key] + _ROW - 5}" text-anchor=end>'
+                   f"{e(rows[key])}</text></g>")
     for record in timed:
         by = row_y[record.process] + lanes[record.capture] * _ROW
         bx = left + (record.begin - t0) * scale

@@ -32,6 +32,8 @@ except ImportError:  # pragma: no cover - exercised when the extra is absent
 
 #: Bytes read from the file per refill (compressed bytes for ``.gz``).
 CHUNK: Final = 1 << 20
+#: Bytes decoded at first for one value outside the event array (widened as needed).
+_WINDOW: Final = 1 << 14
 #: Key of the event array in the object form of a trace.
 EVENTS: Final = "traceEvents"
 #: Boundaries tried per buffer before the reader falls back to one value at a time.
@@ -63,14 +65,12 @@ class TraceStream:
         self._pos = 0
         self._eof = False
         self._damage: str | None = None
+        self._consumed = 0
 
     @property
     def consumed(self) -> int:
         """Bytes of the file read so far."""
-        try:
-            return self._raw.tell()
-        except (OSError, ValueError):
-            return self.size
+        return self._consumed
 
     def close(self) -> None:
         """Close the file."""
@@ -176,6 +176,7 @@ class TraceStream:
                 raw = self._inflate.unconsumed_tail  # input left over by the output cap of the last call
             else:
                 raw = self._raw.read(max(CHUNK // 8, 1) if self._inflate is not None else CHUNK)
+                self._consumed += len(raw)
             if self._inflate is None:
                 return bytes(raw)
             if not raw:
@@ -192,6 +193,7 @@ class TraceStream:
             except zlib.error as exc:
                 self._damage = f"the gzip data is damaged ({exc})"
                 self._raw.seek(0, os.SEEK_END)
+                self._consumed = self.size
                 return b""
             if data:
                 return data
@@ -221,17 +223,28 @@ class TraceStream:
 
     def _value(self) -> Any:
         self._peek()
+        # Decode a window of the buffer, not all of it: most values (a metadata key, one event)
+        # are small, and decoding the whole buffer for each cost more than parsing them.
+        window = _WINDOW
         while True:
-            text = self._buf[self._pos:].decode("utf-8", "surrogateescape")
+            whole = len(self._buf) - self._pos <= window
+            text = self._buf[self._pos:self._pos + window].decode("utf-8", "surrogateescape")
             try:
                 value, end = _DECODER.raw_decode(text)
             except json.JSONDecodeError:
-                # The value may run past the buffer: read more and decode it again.
+                # The value may run past the window or the buffer: widen it, or read more.
+                if not whole:
+                    window *= 8
+                    continue
                 if self._fill():
                     continue
                 raise
-            if end == len(text) and not self._eof and self._fill():
-                continue  # a number at the very end of the buffer may continue in the next chunk
+            if end == len(text):  # a number at the very end may go on past it
+                if not whole:
+                    window *= 8
+                    continue
+                if not self._eof and self._fill():
+                    continue
             self._pos += len(text[:end].encode("utf-8", "surrogateescape"))
             return value
 

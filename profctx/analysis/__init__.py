@@ -5,6 +5,7 @@
 summaries; :func:`check` turns a diff into pass/fail against thresholds. See ``docs/analysis.md``.
 """
 
+from ..manifest import process_names
 from ._check import Threshold, Violation, check, parse_threshold
 from ._diff import Diff, OpDelta, RoleDelta, diff
 from ._summary import (
@@ -15,8 +16,6 @@ from ._summary import (
     OpFigure,
     RoleStep,
     Summary,
-    process_label,
-    process_names,
     summarize,
     summarize_records,
 )
@@ -39,7 +38,6 @@ __all__ = [
     "check",
     "diff",
     "parse_threshold",
-    "process_label",
     "process_names",
     "read_figures",
     "summarize",

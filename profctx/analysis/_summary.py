@@ -19,13 +19,13 @@ from __future__ import annotations
 import os
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from .._tracejson import is_trace_file
-from ..manifest import CaptureRecord, ManifestReader, latest_run
+from ..manifest import CaptureRecord, ManifestReader, drivers, in_groups, latest_run, process_names
 from ._trace import TraceFigures, read_figures
 
 #: Name and version of the JSON document :meth:`Summary.to_json` returns.
@@ -66,6 +66,8 @@ class CaptureSummary:
     #: Operator self/total time (µs) and count per role: the capture's role, else the outermost range.
     #: Emptied once :func:`summarize` has added it to the run's figures (:attr:`Summary.role_ops`).
     role_table: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    #: The row name of the capture's process (see :func:`profctx.manifest.process_names`).
+    process: str = ""
 
     @property
     def empty(self) -> bool:
@@ -77,7 +79,7 @@ class CaptureSummary:
         r = self.record
         return {
             "capture": r.capture, "run": r.run, "status": r.status, "kind": r.kind, "steps": list(r.steps),
-            "role": r.role, "process": process_label(r), "host": r.host, "pid": r.pid, "rank": r.rank,
+            "role": r.role, "process": self.process or r.who, "host": r.host, "pid": r.pid, "rank": r.rank,
             "group": r.group, "engine": r.engine, "replica": r.replica, "start_time": r.start_time,
             "end_time": r.end_time, "wall_s": self.wall_s, "roles": self.roles, "device_s": self.device_s,
             "ops": [o.to_json() for o in self.ops], "device_ops": [o.to_json() for o in self.device_ops],
@@ -169,48 +171,6 @@ class Summary:
         }
 
 
-def process_label(record: CaptureRecord) -> str:
-    """Return the row label of a capture's process: ``actor rank 0``, ``vllm replica 1``, ``driver``."""
-    if record.group == "driver":
-        return "driver"
-    return record.who
-
-
-def process_names(records: Iterable[CaptureRecord]) -> dict[tuple[str, ...], str]:
-    """Return a distinct row name per process of ``records`` (see :attr:`CaptureRecord.process`).
-
-    The name is the group and rank (``actor rank 0``), the engine replica or ``driver``. Where two
-    processes would share one (records without a group: a rollout actor and a trainer both
-    ``rank 0``), the roles the process ran are added (``rank 0 (rollout)``), then ``host:pid``;
-    with several runs, the run id.
-    """
-    base: dict[tuple[str, ...], str] = {}
-    roles: dict[tuple[str, ...], list[str]] = defaultdict(list)
-    runs: set[str] = set()
-    for record in records:
-        key = record.process
-        base.setdefault(key, process_label(record))
-        name = record.role_name
-        if name not in roles[key]:
-            roles[key].append(name)
-        runs.add(record.run or "")
-    names = dict(base)
-    for step in ("roles", "host"):
-        count: dict[str, int] = defaultdict(int)
-        for name in names.values():
-            count[name] += 1
-        for key, name in names.items():
-            if count[name] < 2 or key[0] != "process":
-                continue
-            if step == "roles":
-                names[key] = f"{name} ({'+'.join(roles[key])})"
-            else:
-                names[key] = f"{name} {key[1]}:{key[2]}"
-    if len(runs) > 1:
-        names = {key: f"{name} · {key[-1]}" for key, name in names.items()}
-    return names
-
-
 def summarize(
     save_path: str | os.PathLike[str],
     run: str | None = "latest",
@@ -219,20 +179,23 @@ def summarize(
     top: int = 15,
     straggler_ratio: float = STRAGGLER_RATIO,
     progress: Callable[[int, int], None] | None = None,
+    groups: Collection[str] | None = None,
 ) -> Summary:
     """Return the summary of ``run`` under ``save_path`` (``"latest"``: the run that started last; ``None``: all).
 
-    ``steps`` keeps those steps only. Traces are streamed one at a time: memory stays near
+    ``steps`` keeps those steps only; ``groups`` the processes of those worker groups
+    (``driver``: the processes outside every group). Traces are streamed one at a time: memory stays near
     the figures of one trace. ``progress(done, total)`` counts traces read. A trace that cannot be
     read is listed in :attr:`Summary.problems` and its capture keeps the manifest's times.
     """
     root = Path(save_path)
     chosen = latest_run(root) if run == "latest" else run
     wanted = None if steps is None else set(steps)
-    records = [r for r in ManifestReader(root, chosen)
-               if wanted is None or wanted.intersection(r.steps)]
+    every = list(ManifestReader(root, chosen))
+    records = [r for r in every
+               if (wanted is None or wanted.intersection(r.steps)) and (groups is None or in_groups(r, groups))]
     return summarize_records(root, records, run=chosen, steps=wanted, top=top, straggler_ratio=straggler_ratio,
-                             progress=progress)
+                             progress=progress, driver=drivers(every))
 
 
 def summarize_records(
@@ -244,10 +207,12 @@ def summarize_records(
     top: int = 15,
     straggler_ratio: float = STRAGGLER_RATIO,
     progress: Callable[[int, int], None] | None = None,
+    driver: Collection[tuple[str, ...]] | None = None,
 ) -> Summary:
     """Return the summary of the captures ``records`` of ``save_path`` (already chosen by the caller).
 
-    As :func:`summarize`, which reads the records from the manifest.
+    As :func:`summarize`, which reads the records from the manifest. ``driver``: the driver
+    processes (see :func:`profctx.manifest.process_names`), when ``records`` are filtered.
     """
     root = Path(save_path)
     chosen = run
@@ -283,15 +248,7 @@ def summarize_records(
             done += 1
             if progress:
                 progress(done, total)
-    return _assemble(root, chosen, captures, engines, problems, role_ops, top, straggler_ratio, wanted)
-
-
-def _row_order(record: CaptureRecord) -> tuple[int, str, int, float]:
-    if record.group == "driver":
-        return (0, "", 0, 0.0)
-    if record.is_engine:
-        return (2, record.engine or "", record.replica if record.replica is not None else -1, record.begin)
-    return (1, record.group or "", record.rank if record.rank is not None else -1, record.begin)
+    return _assemble(root, chosen, captures, engines, problems, role_ops, top, straggler_ratio, wanted, driver)
 
 
 def _engine_files(root: Path, folder: str, listed: set[str]) -> list[str]:
@@ -360,14 +317,17 @@ def _top(table: dict[str, list[float]], limit: int) -> list[OpFigure]:
 
 def _assemble(root: Path, run: str | None, captures: list[CaptureSummary], engines: list[CaptureSummary],
               problems: list[str], role_ops: dict[str, dict[str, list[float]]], top: int, ratio: float,
-              wanted: set[int] | None) -> Summary:
+              wanted: set[int] | None, driver: Collection[tuple[str, ...]] | None) -> Summary:
     per: dict[tuple[int, str], dict[str, float]] = defaultdict(dict)
     spans: dict[int, list[float]] = {}
     processes: list[str] = []
-    names = process_names(c.record for c in captures)
-    for item in sorted(captures, key=lambda c: _row_order(c.record)):
+    names = process_names((c.record for c in [*captures, *engines]), driver)
+    rows = {key: index for index, key in enumerate(names)}
+    for item in [*captures, *engines]:
+        item.process = names[item.record.process]
+    for item in sorted(captures, key=lambda c: (rows[c.record.process], c.record.begin)):
         r = item.record
-        who = names[r.process]
+        who = item.process
         if who not in processes:
             processes.append(who)
         if r.start_time and r.end_time:

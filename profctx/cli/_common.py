@@ -7,12 +7,13 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Final, TextIO
 
 from .._layout import MANIFEST_DIR
 from .._plan import role_matches
-from ..manifest import CaptureRecord, ManifestReader, latest_run, runs
+from ..manifest import CaptureRecord, ManifestReader, in_groups, latest_run, runs
 
 #: Exit codes of every subcommand.
 OK: Final = 0
@@ -74,11 +75,12 @@ def check_folder(folder: str) -> Path:
     return path
 
 
-def stream_run(folder: str, args: argparse.Namespace | None = None, *,
-               run: str | None = None) -> tuple[Path, ManifestReader, Iterator[CaptureRecord]]:
+def stream_run(folder: str, args: argparse.Namespace | None = None, *, run: str | None = None,
+               lean: bool = False) -> tuple[Path, ManifestReader, Iterator[CaptureRecord]]:
     """Return the folder, its manifest reader and an iterator over the captures that pass the filters.
 
     Records stream shard by shard, unsorted; ``reader.damaged`` is complete once the iterator is done.
+    ``lean``: see :class:`ManifestReader` (typed fields only).
     Raise :class:`UsageError` as :func:`open_run` does.
     """
     path = check_folder(folder)
@@ -88,8 +90,10 @@ def stream_run(folder: str, args: argparse.Namespace | None = None, *,
     if wanted is not None and not any(True for _ in ManifestReader(path, wanted).lines()):
         known = runs(list(ManifestReader(path)))
         raise UsageError(f"--run {wanted}: no such run in {folder} (runs: {', '.join(known) or 'none'})")
-    reader = ManifestReader(path, wanted)
+    reader = ManifestReader(path, wanted, lean=lean)
     if args is None:
+        return path, reader, iter(reader)
+    if not any(getattr(args, name, None) for name in ("step", "rank", "group", "status", "role")):
         return path, reader, iter(reader)
     keep = matcher(args)
     return path, reader, (r for r in reader if keep(r))
@@ -118,7 +122,8 @@ def add_filters(parser: argparse.ArgumentParser, *, run_default: str | None = No
                         help="only roles matching PATTERN (fnmatch, on the role name or path; 'step' for "
                              "whole-step captures; repeatable)")
     parser.add_argument("--rank", type=int, action="append", metavar="R", help="only rank R (repeatable)")
-    parser.add_argument("--group", action="append", metavar="NAME", help="only worker group NAME (repeatable)")
+    parser.add_argument("--group", action="append", metavar="NAME",
+                        help="only processes of worker group NAME ('driver': those outside every group; repeatable)")
     parser.add_argument("--status", choices=STATUSES, action="append", help="only this status (repeatable)")
 
 
@@ -135,7 +140,7 @@ def matcher(args: argparse.Namespace) -> Callable[[CaptureRecord], bool]:
             return False
         if ranks is not None and record.rank not in ranks:
             return False
-        if groups is not None and record.group not in groups:
+        if groups is not None and not in_groups(record, groups):
             return False
         if statuses and record.status not in statuses:
             return False
@@ -196,7 +201,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, right: Itera
     aligned_right = set(right)
     widths = [len(h) for h in headers]
     for i in range(len(headers)):
-        widths[i] = max(widths[i], max((len(row[i]) for row in rows), default=0))
+        # map() keeps the loop in C: 100,000-row listings spend noticeable time here otherwise.
+        widths[i] = max(widths[i], max(map(len, map(itemgetter(i), rows)), default=0))
     if paint is None:
         # One format string for every row: ten times faster than padding cell by cell (100,000-row listings).
         fmt = "  ".join(f"{{:{'>' if i in aligned_right else '<'}{w}}}" for i, w in enumerate(widths))
@@ -275,11 +281,3 @@ def source_text(record: CaptureRecord) -> str:
         engine = record.engine or "engine"
         return f"{engine} {record.version}" if record.version else engine
     return record.backend or "-"
-
-
-def who_text(record: CaptureRecord) -> str:
-    """Return the rank (``0``, ``actor:0`` with a group) or, for an engine capture, the replica (``r1``)."""
-    if record.is_engine:
-        return f"r{'?' if record.replica is None else record.replica}"
-    rank = "-" if record.rank is None else str(record.rank)
-    return f"{record.group}:{rank}" if record.group else rank

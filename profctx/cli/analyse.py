@@ -69,6 +69,8 @@ def register(subparsers: Any) -> None:
 
 
 def _common_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--group", action="append", metavar="NAME",
+                        help="only processes of worker group NAME ('driver': those outside every group; repeatable)")
     parser.add_argument("--json", action="store_true", help="print the JSON document instead of tables")
     parser.add_argument("--straggler-ratio", type=float, default=1.2, metavar="R",
                         help="name a straggler when max/median over processes exceeds R (default 1.2)")
@@ -88,7 +90,7 @@ def _summarize(folder: str, run: str, args: argparse.Namespace, steps: list[int]
     bar = Progress(sys.stderr, "reading traces", show)
     try:
         return summarize(path, chosen, steps=steps, top=top, straggler_ratio=args.straggler_ratio,
-                         progress=bar.update)
+                         progress=bar.update, groups=args.group)
     finally:
         bar.close()
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from .._layout import safe
 from .._merge import merge, plan
+from ..manifest import DRIVER, drivers, in_groups
 from ._common import FINDINGS, OK, Progress, Style, UsageError, guarded, open_run, size
 
 
@@ -29,6 +30,8 @@ def register(subparsers: Any) -> None:
                         help="a global step to merge (repeatable); default every step of the run")
     parser.add_argument("--run", metavar="ID", default="latest",
                         help="the run to merge: an id, 'latest' (default: the run that started last) or 'all'")
+    parser.add_argument("--group", action="append", metavar="NAME",
+                        help="only processes of worker group NAME ('driver': those outside every group; repeatable)")
     parser.add_argument("-o", "--output", metavar="FILE",
                         help="output file, .json.gz (default) or .json; default DIR/merged/RUN-STEPS.trace.json.gz")
     parser.add_argument("--compress-level", type=int, default=1, choices=range(1, 10), metavar="1-9",
@@ -42,9 +45,16 @@ def run(args: argparse.Namespace) -> int:
     """Merge the chosen steps of ``args.dir``; return 1 when an input was missing or damaged."""
     profiled = open_run(args.dir, run=None if args.run == "all" else args.run)
     steps = sorted(set(args.step)) if args.step else None
-    inputs, notes = plan(profiled.path, profiled.records, steps)
+    records = profiled.records
+    driver = drivers(records)
+    if args.group:
+        records = [r for r in records if in_groups(r, args.group)]
+        if not records:
+            groups = sorted({r.group or DRIVER for r in profiled.records})
+            raise UsageError(f"--group {' '.join(args.group)}: no captures (groups: {', '.join(groups)})")
+    inputs, notes = plan(profiled.path, records, steps)
     if not inputs:
-        known = sorted({s for r in profiled.records if r.files or r.is_engine for s in r.steps})
+        known = sorted({s for r in records if r.files or r.is_engine for s in r.steps})
         listed = ", ".join(str(s) for s in known[:20]) + (" ..." if len(known) > 20 else "")
         what = f"step {', '.join(map(str, steps))}" if steps else "any step"
         raise UsageError(f"no trace files for {what} in {args.dir} (steps with captures: {listed or 'none'})")
@@ -55,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     bar = Progress(sys.stderr, "merging", show)
     started = time.perf_counter()
     try:
-        result = merge(inputs, output, steps=steps, compress_level=args.compress_level, progress=bar.update)
+        result = merge(inputs, output, steps=steps, compress_level=args.compress_level, progress=bar.update,
+                       driver=driver)
     finally:
         bar.close()
     style = Style(sys.stdout)

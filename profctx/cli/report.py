@@ -11,7 +11,8 @@ from typing import Any
 from .._layout import temporary
 from .._report import render
 from ..analysis import summarize_records
-from ._common import FINDINGS, OK, Progress, UsageError, add_filters, guarded, open_run, size
+from ..manifest import drivers
+from ._common import FINDINGS, OK, Progress, UsageError, add_filters, guarded, open_run, size, stream_run
 
 
 def register(subparsers: Any) -> None:
@@ -46,15 +47,17 @@ def run(args: argparse.Namespace) -> int:
         args.run = None
     profiled = open_run(args.dir, args)
     records = profiled.records
+    # Filtered by group, the records alone cannot tell the driver: look at the whole run.
+    driver = drivers(stream_run(args.dir, run=args.run, lean=True)[2]) if args.group else None
     show = sys.stderr.isatty() if args.progress is None else args.progress
     bar = Progress(sys.stderr, "reading traces", show)
     try:
         readable = records if args.ops else []
         summary = summarize_records(profiled.path, readable, run=args.run, top=max(args.ops, 1),
-                                    straggler_ratio=args.straggler_ratio, progress=bar.update)
+                                    straggler_ratio=args.straggler_ratio, progress=bar.update, driver=driver)
     finally:
         bar.close()
-    page = render(summary, records, damaged=profiled.damaged)
+    page = render(summary, records, damaged=profiled.damaged, driver=driver)
     output = Path(args.output) if args.output else profiled.path / "report.html"
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary(output)

@@ -130,6 +130,36 @@ def test_merge_clock_conventions_and_unique_flow_ids(tmp_path: Path, capsys: pyt
     assert "stream 7" in threads
 
 
+def test_merge_of_plain_batches_keeps_flows_apart_and_every_thread(tmp_path: Path) -> None:
+    # Torch-like: metadata first, then many events of one pid with flows between threads, in two
+    # captures that reuse the same flow ids; the reader cuts the array into several batches.
+    def events(pid: int) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = [{"ph": "M", "name": "thread_name", "pid": pid, "tid": 1, "args": {"name": "main"}}]
+        for i in range(12000):
+            out.append({"ph": "X", "name": "op", "pid": pid, "tid": 1 + i % 3, "ts": 10.0 + i, "dur": 0.5})
+            if i % 400 == 0:
+                out += [{"ph": "s", "id": i, "pid": pid, "tid": 1, "ts": 10.0 + i, "name": "f", "cat": "ac2g"},
+                        {"ph": "f", "id": i, "pid": pid, "tid": 3, "ts": 11.0 + i, "name": "f", "cat": "ac2g",
+                         "bp": "e"}]
+        return out
+
+    head = {"baseTimeNanoseconds": 10**18}
+    run = _fake_run(tmp_path, {"a.json": ({"events": events(5), "head": head}, 1e9),
+                               "b.json": ({"events": events(6), "head": head}, 1e9)})
+    out = tmp_path / "m.json"
+    assert main(["merge", str(run), "--step", "4", "-o", str(out)]) == 0
+    trace = json.loads(out.read_text())
+    assert problems(trace) == []
+    assert sum(1 for e in trace["traceEvents"] if e["name"] == "op") == 24000
+    flows: dict[Any, list[str]] = {}
+    for e in trace["traceEvents"]:
+        if e["ph"] in "sf":
+            flows.setdefault(e["id"], []).append(e["ph"])
+    assert len(flows) == 60 and all(sorted(v) == ["f", "s"] for v in flows.values())
+    threads = {(e["pid"], e["tid"]) for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {(pid, tid) for pid in (5, 6) for tid in (1, 2, 3)} <= threads
+
+
 def test_merge_reports_a_damaged_input_and_keeps_the_rest(run_dir: Path, tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     copy = tmp_path / "run"
@@ -164,17 +194,20 @@ def test_merge_progress_bar_is_drawn_when_asked(run_dir: Path, tmp_path: Path,
     assert "merging" in err and "100%" in err
 
 
+@pytest.mark.parametrize("window", [1, 1 << 14])
 @pytest.mark.parametrize("parser", ["orjson", "stdlib"])
 @pytest.mark.parametrize("chunk", [1, 7, 64, 4096])
 def test_stream_reader_survives_any_chunk_boundary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                   chunk: int, parser: str) -> None:
+                                                   chunk: int, parser: str, window: int) -> None:
+    monkeypatch.setattr(_tracejson, "_WINDOW", window)
     if parser == "stdlib":  # what a core-only install (no 'cli' extra) runs
         monkeypatch.setattr(_tracejson, "_loads", json.loads)
         monkeypatch.setattr(_tracejson, "_ParseError", (ValueError,))
     # Names holding "}, {" and nested lists of objects put false element boundaries in the text.
     events = [{"ph": "X", "name": f"op{i} \u00e9\\\" }}, {{", "pid": 1, "tid": 2, "ts": 12345.678 + i,
                "dur": 1e-3 * i, "args": {"nested": [1, {"a": None}, {"b": "}, {"}]}} for i in range(20)]
-    head = {"schemaVersion": 1, "baseTimeNanoseconds": 1234567890123456789}
+    head = {"schemaVersion": 1, "baseTimeNanoseconds": 1234567890123456789,
+            "deviceProperties": [{"name": f"gpu \u00e9 {i}", "memory": 8 * 10**9 + i} for i in range(300)]}
     path = tmp_path / "t.json.gz"
     with gzip.open(path, "wt", encoding="utf-8") as fh:
         json.dump({**head, "traceEvents": events, "traceName": "x"}, fh, indent=1)
