@@ -61,13 +61,13 @@ def run(args: argparse.Namespace) -> int:
         print("profctx demo: interrupted; Ray was shut down", file=sys.stderr)
         return 130
     rows = [
-        [str(r.get("step", "-")), str(r.get("role") or "(step)"), str(r.get("rank", "-")), str(r.get("status")),
-         str(len(r.get("files") or [])), size(r.get("bytes")),
+        [str(r.get("step", "-")), str(r.get("role") or "(step)"), str(r.get("group") or "driver"),
+         str(r.get("rank", "-")), str(r.get("status")), str(len(r.get("files") or [])), size(r.get("bytes")),
          str(r.get("reason") or r.get("error") or "")]
         for r in records
     ]
     print()
-    print(table(["step", "role", "rank", "status", "files", "size", "note"], rows, right=(0, 2, 4, 5)))
+    print(table(["step", "role", "group", "rank", "status", "files", "size", "note"], rows, right=(0, 3, 5, 6)))
     print()
     print(f"{len(records)} captures; traces and manifest under {options.save_path}")
     print(f"next: profctx ls {options.save_path}")
