@@ -165,31 +165,6 @@ def bench_control(save: str, workers: int, rounds: int) -> None:
             refs = [a.__ray_call__.remote(nothing) for a in actors]
             ray.wait(refs, num_returns=len(refs))
 
-    def one_round(first: int) -> None:
-        """An emulation, not profctx.ray: the same control calls, the exit round not awaited.
-
-        The next entry waits for the previous exit round with its own; what the step block
-        would cost if ``profctx.ray`` did so (calls from one caller run in order on a sync actor).
-        """
-        from profctx.ray import _worker
-
-        pending: list[Any] = []
-        enters, exits = [], []
-        for step in range(first, first + steps_per_case):
-            t0 = time.perf_counter()
-            refs = pending + [a.__ray_call__.remote(_worker.step_enter, step) for a in actors]
-            ray.wait(refs, num_returns=len(refs))
-            t1 = time.perf_counter()
-            pending = [a.__ray_call__.remote(_worker.step_exit, step) for a in actors]
-            t2 = time.perf_counter()
-            enters.append((t1 - t0) * 1e3)
-            exits.append((t2 - t1) * 1e3)
-        ray.wait(pending, num_returns=len(pending))
-        enter, exit_ = statistics.median(enters[3:]), statistics.median(exits[3:])
-        rows.append(("emulated: mode=step, every worker captures, exit round not awaited", enter, exit_,
-                     enter + exit_))
-        profctx.ray.flush(actors)
-
     profctx.reset()
     floor()
     floor_ms = _median_ms(floor, steps_per_case)
@@ -200,7 +175,6 @@ def bench_control(save: str, workers: int, rounds: int) -> None:
     profctx.ray.group("bench", actors)
     case("configured, step out of the window", OUT_OF_WINDOW)
     case("in the window, mode=step (each worker opens a noop capture)", 1)
-    one_round(500)
     _configure(save, steps="1:100000", mode="role")
     case("in the window, mode=role (each worker holds the step, opens nothing)", 1000)
     _configure(save, steps="1:100000", mode="step", ranks={"bench": [0]})

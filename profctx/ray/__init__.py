@@ -176,13 +176,22 @@ class Driver:
         refs, self.leaving = self.leaving, []
         return refs
 
+    def reap(self) -> None:
+        """Report the failures of control calls that finished since they were sent, without waiting for the rest."""
+        refs = self.leftovers()
+        if not refs:
+            return
+        ready, pending = ray.wait(refs, num_returns=len(refs), timeout=0)
+        self.leaving = list(pending)
+        _report(ready, "enter or leave a step")
+
     def enter(self, runtime: Any, scope: Any) -> object:
         if not self.groups or not self._claim(scope.step):
             return None
-        _wait(self.leftovers(), "enter or leave a step")  # done long ago, in practice: reports failures
+        self.reap()
         now, later = self._refs(_worker.step_enter, scope.step)
         _wait(now, "enter step")
-        self.leaving = later
+        self.leaving.extend(later)
         return scope.step
 
     def exit(self, runtime: Any, handle: object) -> None:
@@ -202,10 +211,10 @@ class Driver:
     async def aenter(self, runtime: Any, scope: Any) -> object:
         if not self.groups or not self._claim(scope.step):
             return None
-        await _await(self.leftovers(), "enter or leave a step")
+        self.reap()  # never blocks
         now, later = self._refs(_worker.step_enter, scope.step)
         await _await(now, "enter step")
-        self.leaving = later
+        self.leaving.extend(later)
         return scope.step
 
     async def aexit(self, runtime: Any, handle: object) -> None:
@@ -301,6 +310,11 @@ def _wait(refs: list[Any], what: str) -> None:
     if pending:
         warn_once(f"control-timeout:{what}", "profctx: %d of %d workers did not %s within %ss",
                   len(pending), len(refs), what, CONTROL_TIMEOUT)
+    _report(ready, what)
+
+
+def _report(ready: list[Any], what: str) -> None:
+    """Log, once per kind, the control calls among ``ready`` that failed."""
     for ref in ready:
         try:
             ray.get(ref)
