@@ -7,9 +7,9 @@ backend session is always stopped, and the capture is recorded as ``interrupted`
 
 from __future__ import annotations
 
+import os
 import threading
 import time
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from ._layout import capture_folder
@@ -57,7 +57,7 @@ class Capture:
     )
 
     def __init__(self, runtime: Runtime, key: CaptureKey, seq: int) -> None:
-        self.id = uuid.uuid4().hex[:12]
+        self.id = os.urandom(6).hex()  # random like uuid4's first 48 bits, without importing uuid
         self.runtime = runtime
         self.key = key
         self.seq = seq

@@ -11,7 +11,6 @@ import contextlib
 import errno
 import itertools
 import os
-import secrets
 import threading
 import time
 from collections import deque
@@ -37,7 +36,7 @@ if TYPE_CHECKING:
 
 def new_run_id() -> str:
     """Return a fresh run id: UTC time plus 6 random hex digits."""
-    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()
 
 
 class Opened:
