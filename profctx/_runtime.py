@@ -200,6 +200,7 @@ class Runtime:
         self.owner = owner
         self.config = config
         self.window = config.steps or StepWindow()
+        self._steps = frozenset(self.window.steps)  # a C-level membership test for opens_nothing()
         self.tool, self.tool_note = choose_tool(config.tool)
         if self.tool_note is not None:
             logger.info("profctx: %s", self.tool_note)
@@ -216,6 +217,8 @@ class Runtime:
         self._fallback: Identity | None = None
         #: decide() results by everything they depend on (the plan is pure; blocks repeat).
         self._decisions: dict[tuple[Any, ...], Actions] = {}
+        #: decide() for role-only blocks in a live capture, by role path (see live_range()).
+        self._live: dict[tuple[str, ...], Actions] = {}
         self._manifest: ManifestWriter | None = None
         self._lock = threading.RLock()
         #: The native-capture token: its one key 'holder' is set while a capture holds the profiler.
@@ -279,6 +282,40 @@ class Runtime:
         threading.Thread(target=prepare, name="profctx-prepare", daemon=True).start()
 
     # -- blocks -------------------------------------------------------------------------------
+
+    def opens_nothing(self, step: int | None, sets_step: bool) -> bool:
+        """Whether :meth:`open` would return ``None`` at once, doing nothing, for a block at ``step``.
+
+        ``profile_step`` then only sets the ambient scope (no ``Session``): the common case of
+        blocks out of the window.
+        """
+        return (not self._deferred and (step is None or step not in self._steps)
+                and not (sets_step and self.run is not None))
+
+    def live_range(self, context: Capture | None, step: int | None, roles: tuple[str, ...]) -> str | None:
+        """Return the range a block that only adds a role draws in the live ``context``, when that is all it does.
+
+        ``""``: the block draws nothing (its role is filtered out). ``None``: :meth:`open` must
+        run (no live capture here, a stop is pending, out of the window, engines to start).
+        For a role-only block in a live capture the plan's answer depends on the role path
+        alone (the rank, the step and the contiguous run matter only to blocks that set a step
+        or open a capture), so it is memoised by the path.
+        """
+        if context is None or context.status != "live" or self._deferred or step not in self._steps:
+            return None
+        actions = self._live.get(roles)
+        if actions is None:
+            policy = self._policies.get(True)
+            if policy is None:
+                policy = self._policies[True] = Policy.of(self.config, True)
+            actions = decide(policy, Enter(step, roles, False, True, "live", None))  # type: ignore[arg-type]
+            if len(self._live) >= 4096:
+                self._live.clear()
+            self._live[roles] = actions
+        if (actions.engines and self.owner.hooks) or actions.open is not None or actions.marker is not None \
+                or len(actions.ranges) > 1:
+            return None
+        return actions.ranges[0] if actions.ranges else ""
 
     def open(self, scope: Scope, sets_step: bool, sets_role: bool, context: Capture | None) -> Opened | None:
         """Execute what the plan says a block entering ``scope`` opens; ``None`` when it opens nothing.
