@@ -214,8 +214,8 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
         self._role = role
         self._tags = tags
         #: While entered: the block's Session; only its scope token when it opened nothing; or
-        #: (scope token, capture, range) for a role drawn as a range in a live capture.
-        self._entered: Session | Token[Scope] | tuple[Token[Scope], Capture, Range | None] | None = None
+        #: (scope token, capture, range) for a role-only block in the window that needs no Session.
+        self._entered: Session | Token[Scope] | tuple[Token[Scope], Capture | None, Range | None] | None = None
         self._tokens: Tokens | None = None
 
     def _new(self) -> Session:
@@ -241,12 +241,11 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
                 self._entered = SCOPE.set(scope)
                 return scope
             if step is None and role is not None:
-                # A role inside a live capture: at most one range, drawn here (no Session).
+                # A role that opens nothing, or is a range of a live capture: drawn here (no Session).
                 scope = parent.child(None, role, self._tags)
                 capture = CONTEXT.get()
-                name = rt.live_range(capture, scope.step, scope.roles)
+                name = rt.role_block(capture, scope.step, scope.roles)
                 if name is not None:
-                    assert capture is not None
                     return self._enter_range(scope, capture, name)
         session = self._new()
         tokens: Tokens | None = None
@@ -259,18 +258,18 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
                 session.finish(tokens, in_flight=True)
             raise
 
-    def _enter_range(self, scope: Scope, capture: Capture, name: str) -> Scope:
-        """Enter as a range ``name`` (none if empty) in the live ``capture``: what ``Runtime.open`` would do."""
+    def _enter_range(self, scope: Scope, capture: Capture | None, name: str) -> Scope:
+        """Enter as a range ``name`` in ``capture`` (none if empty): what ``Runtime.open`` would do."""
         OWNER.open_gate(self)
         entry: Range | None = None
         try:
-            if name:
+            if name and capture is not None:
                 entry = capture.open_range(name)
             self._entered = (SCOPE.set(scope), capture, entry)
             return scope
         except BaseException:
             try:
-                if entry is not None:
+                if entry is not None and capture is not None:
                     capture.close_range(entry)
             finally:
                 OWNER.close_gate(self)
@@ -292,7 +291,7 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
             finally:
                 try:
                     if entry is not None:
-                        capture.close_range(entry)
+                        capture.close_range(entry)  # type: ignore[union-attr]
                 finally:
                     OWNER.close_gate(self)
         elif entered is None:

@@ -217,8 +217,8 @@ class Runtime:
         self._fallback: Identity | None = None
         #: decide() results by everything they depend on (the plan is pure; blocks repeat).
         self._decisions: dict[tuple[Any, ...], Actions] = {}
-        #: decide() for role-only blocks in a live capture, by role path (see live_range()).
-        self._live: dict[tuple[str, ...], Actions] = {}
+        #: decide() for blocks that only add a role (see role_block()).
+        self._roles: dict[tuple[Any, ...], Actions] = {}
         self._manifest: ManifestWriter | None = None
         self._lock = threading.RLock()
         #: The native-capture token: its one key 'holder' is set while a capture holds the profiler.
@@ -292,28 +292,36 @@ class Runtime:
         return (not self._deferred and (step is None or step not in self._steps)
                 and not (sets_step and self.run is not None))
 
-    def live_range(self, context: Capture | None, step: int | None, roles: tuple[str, ...]) -> str | None:
-        """Return the range a block that only adds a role draws in the live ``context``, when that is all it does.
+    def role_block(self, context: Capture | None, step: int | None, roles: tuple[str, ...]) -> str | None:
+        """Return the range a block that only adds a role draws in ``context``, when that is all it does.
 
-        ``""``: the block draws nothing (its role is filtered out). ``None``: :meth:`open` must
-        run (no live capture here, a stop is pending, out of the window, engines to start).
-        For a role-only block in a live capture the plan's answer depends on the role path
-        alone (the rank, the step and the contiguous run matter only to blocks that set a step
-        or open a capture), so it is memoised by the path.
+        ``""``: the block draws nothing (no capture around it, or its role is filtered out).
+        ``None``: :meth:`open` must run (it may open a capture or start engines, a stop is
+        pending, the step is out of the window, or ``context`` is neither absent nor live).
+        For a role-only block the plan's answer depends on the role path, the context and
+        the rank selection alone (the step only through the window, the contiguous run only
+        for blocks that set a step), so it is memoised by those.
         """
-        if context is None or context.status != "live" or self._deferred or step not in self._steps:
+        if self._deferred or step not in self._steps:
             return None
-        actions = self._live.get(roles)
+        if context is None:
+            state, selected = None, self.rank_selected()
+        elif context.status == "live":
+            state, selected = "live", True  # in a live capture the selection changes nothing
+        else:
+            return None
+        key = (roles, state, selected)
+        actions = self._roles.get(key)
         if actions is None:
-            policy = self._policies.get(True)
+            policy = self._policies.get(selected)
             if policy is None:
-                policy = self._policies[True] = Policy.of(self.config, True)
-            actions = decide(policy, Enter(step, roles, False, True, "live", None))  # type: ignore[arg-type]
-            if len(self._live) >= 4096:
-                self._live.clear()
-            self._live[roles] = actions
+                policy = self._policies[selected] = Policy.of(self.config, selected)
+            actions = decide(policy, Enter(step, roles, False, True, state, None))  # type: ignore[arg-type]
+            if len(self._roles) >= 4096:
+                self._roles.clear()
+            self._roles[key] = actions
         if (actions.engines and self.owner.hooks) or actions.open is not None or actions.marker is not None \
-                or len(actions.ranges) > 1:
+                or len(actions.ranges) > (state is not None):
             return None
         return actions.ranges[0] if actions.ranges else ""
 
