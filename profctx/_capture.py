@@ -168,14 +168,17 @@ class Capture:
             return None
         backend = self.runtime.backend
         try:
-            draw = getattr(backend, "marker", None) if marker else None
-            cm = (draw or backend.range)(name)
+            cm = ((getattr(backend, "marker", None) or backend.range) if marker else backend.range)(name)
             cm.__enter__()
         except Exception as exc:  # noqa: BLE001
             self.runtime.failure("range", exc)
             return None
         entry = Range(cm)
-        self.stacks.setdefault(threading.get_ident(), []).append(entry)
+        me = threading.get_ident()
+        stack = self.stacks.get(me)
+        if stack is None:
+            stack = self.stacks[me] = []
+        stack.append(entry)
         if not marker:
             self.ranges += 1
         return entry
