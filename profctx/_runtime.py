@@ -217,8 +217,8 @@ class Runtime:
         self._fallback: Identity | None = None
         #: decide() results by everything they depend on (the plan is pure; blocks repeat).
         self._decisions: dict[tuple[Any, ...], Actions] = {}
-        #: decide() for blocks that only add a role (see role_block()).
-        self._roles: dict[tuple[Any, ...], Actions] = {}
+        #: decide() for blocks that only add a role, on a selected rank and (if different) not (role_block()).
+        self._roles: dict[tuple[Any, ...], tuple[Actions, Actions | None]] = {}
         self._manifest: ManifestWriter | None = None
         self._lock = threading.RLock()
         #: The native-capture token: its one key 'holder' is set while a capture holds the profiler.
@@ -255,7 +255,9 @@ class Runtime:
 
     def policy(self) -> Policy:
         """Return the plan's view of the config for this process."""
-        selected = self.rank_selected()
+        return self._policy_of(self.rank_selected())
+
+    def _policy_of(self, selected: bool) -> Policy:
         policy = self._policies.get(selected)
         if policy is None:
             policy = self._policies[selected] = Policy.of(self.config, selected)
@@ -300,26 +302,29 @@ class Runtime:
         pending, the step is out of the window, or ``context`` is neither absent nor live).
         For a role-only block the plan's answer depends on the role path, the context and
         the rank selection alone (the step only through the window, the contiguous run only
-        for blocks that set a step), so it is memoised by those.
+        for blocks that set a step), so it is memoised by path and context; the rank
+        (microseconds to resolve) is looked at only where the two answers differ.
         """
         if self._deferred or step not in self._steps:
             return None
         if context is None:
-            state, selected = None, self.rank_selected()
+            state = None
         elif context.status == "live":
-            state, selected = "live", True  # in a live capture the selection changes nothing
+            state = "live"
         else:
             return None
-        key = (roles, state, selected)
-        actions = self._roles.get(key)
-        if actions is None:
-            policy = self._policies.get(selected)
-            if policy is None:
-                policy = self._policies[selected] = Policy.of(self.config, selected)
-            actions = decide(policy, Enter(step, roles, False, True, state, None))  # type: ignore[arg-type]
+        key = (roles, state)
+        found = self._roles.get(key)
+        if found is None:
+            enter = Enter(step, roles, False, True, state, None)  # type: ignore[arg-type]
+            chosen, other = (decide(self._policy_of(selected), enter) for selected in (True, False))
+            found = (chosen, None if other == chosen else other)
             if len(self._roles) >= 4096:
                 self._roles.clear()
-            self._roles[key] = actions
+            self._roles[key] = found
+        actions, unselected = found
+        if unselected is not None and not self.rank_selected():
+            actions = unselected
         if (actions.engines and self.owner.hooks) or actions.open is not None or actions.marker is not None \
                 or len(actions.ranges) > (state is not None):
             return None
