@@ -246,7 +246,20 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
                 capture = CONTEXT.get()
                 name = rt.role_block(capture, scope.step, scope.roles)
                 if name is not None:
-                    return self._enter_range(scope, capture, name)
+                    OWNER.open_gate(self)
+                    entry: Range | None = None
+                    try:
+                        if name and capture is not None:
+                            entry = capture.open_range(name)
+                        self._entered = (SCOPE.set(scope), capture, entry)
+                        return scope
+                    except BaseException:
+                        try:
+                            if entry is not None and capture is not None:
+                                capture.close_range(entry)
+                        finally:
+                            OWNER.close_gate(self)
+                        raise
         session = self._new()
         tokens: Tokens | None = None
         try:
@@ -256,23 +269,6 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
             self._entered = self._tokens = None
             if tokens is not None:  # started, then interrupted: the with-body will not run
                 session.finish(tokens, in_flight=True)
-            raise
-
-    def _enter_range(self, scope: Scope, capture: Capture | None, name: str) -> Scope:
-        """Enter as a range ``name`` in ``capture`` (none if empty): what ``Runtime.open`` would do."""
-        OWNER.open_gate(self)
-        entry: Range | None = None
-        try:
-            if name and capture is not None:
-                entry = capture.open_range(name)
-            self._entered = (SCOPE.set(scope), capture, entry)
-            return scope
-        except BaseException:
-            try:
-                if entry is not None and capture is not None:
-                    capture.close_range(entry)
-            finally:
-                OWNER.close_gate(self)
             raise
 
     def __exit__(
