@@ -44,11 +44,11 @@ Row = tuple[str, float, float, str]
 def ns(stmt: str, env: dict[str, Any], number: int, repeat: int) -> float:
     """Return the best per-execution time of ``stmt`` in nanoseconds (timeit, no lambda in the way).
 
-    Many short runs rather than a few long ones: on a shared machine the best one is more
-    likely to fall in a quiet moment.
+    Timed in this thread's CPU time (time the thread was descheduled does not count), over
+    many short runs rather than a few long ones: a shared machine disturbs both less.
     """
     number, repeat = max(number // 5, 1), repeat * 5
-    return min(timeit.repeat(stmt, number=number, repeat=repeat, globals=env)) / number * 1e9
+    return min(timeit.repeat(stmt, number=number, repeat=repeat, globals=env, timer=time.thread_time)) / number * 1e9
 
 
 def bare() -> int:
@@ -80,10 +80,10 @@ async def adecorated() -> int:
 
 def await_ns(fn: Callable[[], Any], number: int, repeat: int) -> float:
     async def loop() -> float:
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         for _ in range(number):
             await fn()
-        return time.perf_counter() - t0
+        return time.thread_time() - t0
 
     return min(asyncio.run(loop()) for _ in range(repeat)) / number * 1e9
 
@@ -485,7 +485,7 @@ t0 = time.perf_counter(); p.start(); print(time.perf_counter() - t0); p.stop()
 
 
 def startup(runs: int) -> dict[str, Any]:
-    python("import profctx, profctx._wrappers")  # write the bytecode caches first
+    subprocess.run([sys.executable, "-c", "import profctx, profctx._wrappers"], check=True, env=ENV)  # write the bytecode caches first
     bare_s = wall("pass", runs)
     imp_s = wall("import profctx", runs)
     inside_wall, inside_cpu = import_inside(runs * 2)
