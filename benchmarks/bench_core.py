@@ -485,7 +485,8 @@ t0 = time.perf_counter(); p.start(); print(time.perf_counter() - t0); p.stop()
 
 
 def startup(runs: int) -> dict[str, Any]:
-    subprocess.run([sys.executable, "-c", "import profctx, profctx._wrappers"], check=True, env=ENV)  # write the bytecode caches first
+    # Write the bytecode caches first.
+    subprocess.run([sys.executable, "-c", "import profctx, profctx._wrappers"], check=True, env=ENV)
     bare_s = wall("pass", runs)
     imp_s = wall("import profctx", runs)
     inside_wall, inside_cpu = import_inside(runs * 2)
