@@ -9,7 +9,7 @@ from types import TracebackType
 from typing import Any, final
 
 from ._api import configure_from_environment
-from ._capture import Capture
+from ._capture import Capture, Range
 from ._owner import OWNER
 from ._runtime import Opened, Runtime
 from ._scope import ROOT, SCOPE, Scope, ambient
@@ -274,36 +274,67 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
     exceptions raised in the block pass through unchanged. One object per ``with``.
     """
 
-    __slots__ = ("_role", "_session", "_step", "_tags", "_tokens")
+    __slots__ = ("_entered", "_role", "_step", "_tags", "_tokens")
 
     def __init__(self, step: int | None = None, role: str | None = None, **tags: Any) -> None:
         self._step = step
         self._role = role
         self._tags = tags
-        self._session: Session | None = None
+        #: While entered: the block's Session; only its scope token when it opened nothing; or
+        #: (scope token, capture, range) for a role-only block in the window that needs no Session.
+        self._entered: Session | Token[Scope] | tuple[Token[Scope], Capture | None, Range | None] | None = None
         self._tokens: Tokens | None = None
 
     def _new(self) -> Session:
-        if self._session is not None or self._tokens is not None:
+        if self._entered is not None:
             raise RuntimeError("a profile_step object is already entered; create one per with-block")
-        session = Session(SCOPE.get(), self._step, self._role, self._tags)
-        self._session = session
+        session = self._entered = Session(SCOPE.get(), self._step, self._role, self._tags)
         return session
 
     def __enter__(self) -> Scope:
-        if OWNER.runtime is None and OWNER.env_read and self._tokens is None:
-            # Nothing can open without a runtime: only the ambient scope changes (no Session).
-            check(self._step, self._role)
-            scope = SCOPE.get().child(self._step, self._role, self._tags)
-            self._tokens = (SCOPE.set(scope), None)
-            return scope
+        # A held step (a Ray worker inside its driver's step) nests blocks under it: Session does that.
+        if self._entered is None and OWNER.env_read and OWNER.held is None:
+            step = self._step
+            role = self._role
+            if (step is not None and (type(step) is not int or step < 0)) or (
+                role is not None and type(role) is not str
+            ):
+                check(step, role)  # raises, or lets an int or str subclass through
+            # Nothing can open without a runtime, nor out of the window: only the ambient scope
+            # changes (no Session). Most blocks of a run take this path.
+            rt = OWNER.runtime
+            parent = SCOPE.get()
+            if rt is None or rt.opens_nothing(parent.step if step is None else step, step is not None):
+                scope = parent.child(step, role, self._tags)
+                self._entered = SCOPE.set(scope)
+                return scope
+            if step is None and role is not None:
+                # A role that opens nothing, or is a range of a live capture: drawn here (no Session).
+                scope = parent.child(None, role, self._tags)
+                capture = CONTEXT.get()
+                name = rt.role_block(capture, scope.step, scope.roles)
+                if name is not None:
+                    OWNER.open_gate(self)
+                    entry: Range | None = None
+                    try:
+                        if name and capture is not None:
+                            entry = capture.open_range(name)
+                        self._entered = (SCOPE.set(scope), capture, entry)
+                        return scope
+                    except BaseException:
+                        try:
+                            if entry is not None and capture is not None:
+                                capture.close_range(entry)
+                        finally:
+                            OWNER.close_gate(self)
+                        raise
         session = self._new()
         tokens: Tokens | None = None
         try:
             tokens = self._tokens = session.start()
             return session.scope
         except BaseException:
-            self._session = self._tokens = None
+            self._entered = self._tokens = None
             if tokens is not None:  # started, then interrupted: the with-body will not run
                 session.finish(tokens, in_flight=True)
             raise
@@ -311,13 +342,26 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        session, tokens = self._session, self._tokens
-        self._session = self._tokens = None
-        if session is None:  # entered without a runtime
-            assert tokens is not None
-            SCOPE.reset(tokens[0])
-            return
-        session.finish(tokens, in_flight=exc_type is not None)
+        entered = self._entered
+        self._entered = None
+        kind = type(entered)
+        if kind is Session:
+            tokens, self._tokens = self._tokens, None
+            entered.finish(tokens, in_flight=exc_type is not None)  # type: ignore[union-attr]
+        elif kind is tuple:  # a range in a live capture
+            token, capture, entry = entered  # type: ignore[misc]
+            try:
+                SCOPE.reset(token)
+            finally:
+                try:
+                    if entry is not None:
+                        capture.close_range(entry)  # type: ignore[union-attr]
+                finally:
+                    OWNER.close_gate(self)
+        elif entered is None:
+            raise RuntimeError("a profile_step object was exited without being entered")
+        else:  # entered without opening anything
+            SCOPE.reset(entered)  # type: ignore[arg-type]
 
     async def __aenter__(self) -> Scope:
         session = self._new()
@@ -326,7 +370,7 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
             tokens = self._tokens = await session.astart()
             return session.scope
         except BaseException:
-            self._session = self._tokens = None
+            self._entered = self._tokens = None
             if tokens is not None:
                 await session.afinish(tokens, in_flight=True)
             raise
@@ -334,7 +378,7 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        session, tokens = self._session, self._tokens
-        self._session = self._tokens = None
-        assert session is not None
+        session, tokens = self._entered, self._tokens
+        self._entered = self._tokens = None
+        assert isinstance(session, Session)
         await session.afinish(tokens, in_flight=exc_type is not None)

@@ -7,9 +7,9 @@ backend session is always stopped, and the capture is recorded as ``interrupted`
 
 from __future__ import annotations
 
+import os
 import threading
 import time
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from ._layout import capture_folder
@@ -57,7 +57,7 @@ class Capture:
     )
 
     def __init__(self, runtime: Runtime, key: CaptureKey, seq: int) -> None:
-        self.id = uuid.uuid4().hex[:12]
+        self.id = os.urandom(6).hex()  # random like uuid4's first 48 bits, without importing uuid
         self.runtime = runtime
         self.key = key
         self.seq = seq
@@ -168,14 +168,17 @@ class Capture:
             return None
         backend = self.runtime.backend
         try:
-            draw = getattr(backend, "marker", None) if marker else None
-            cm = (draw or backend.range)(name)
+            cm = ((getattr(backend, "marker", None) or backend.range) if marker else backend.range)(name)
             cm.__enter__()
         except Exception as exc:  # noqa: BLE001
             self.runtime.failure("range", exc)
             return None
         entry = Range(cm)
-        self.stacks.setdefault(threading.get_ident(), []).append(entry)
+        me = threading.get_ident()
+        stack = self.stacks.get(me)
+        if stack is None:
+            stack = self.stacks[me] = []
+        stack.append(entry)
         if not marker:
             self.ranges += 1
         return entry

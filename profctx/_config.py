@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 import os
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -401,7 +399,7 @@ def probe_save_path(save_path: str) -> None:
     """
     check_save_path("save_path", save_path)
     folder = Path(save_path).expanduser()
-    probe = folder / f".profctx-probe-{os.getpid()}-{secrets.token_hex(4)}"
+    probe = folder / f".profctx-probe-{os.getpid()}-{os.urandom(4).hex()}"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with probe.open("xb") as handle:
@@ -489,6 +487,8 @@ def _build(cls: Any, data: Mapping[Any, Any], prefix: str) -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
     for key in data:
         if not isinstance(key, str) or key not in names:
+            import difflib  # only to word an error
+
             close = difflib.get_close_matches(key, names, n=1) if isinstance(key, str) else []
             hint = f"did you mean {close[0]!r}? " if close else ""
             shown = key if isinstance(key, str) and key.isidentifier() else repr(key)  # '' or 1 stay visible

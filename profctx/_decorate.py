@@ -11,8 +11,6 @@ import uuid
 from collections.abc import AsyncGenerator, Callable, Generator
 from typing import Any, TypeVar, overload
 
-import wrapt
-
 from ._block import Session, profile_step
 from ._owner import OWNER
 from ._scope import SCOPE, current
@@ -69,32 +67,15 @@ def _decorate(fn: Any, *, role: str | None) -> Any:
         # worker can then tell the user which methods arrived undecorated (profctx.ray).
         target.__profctx_role__ = name  # type: ignore[union-attr]
     switch = OWNER.switch(name)
+    from . import _wrappers  # wrapt (with asyncio and ssl): at the first @profiled, not at import profctx
+
     get = getattr(type(fn), "__get__", None)
-    cls = ProfiledFunction if get is None else _method_class(fn, switch, get, role)
+    extra = _by_value(fn, role) if isinstance(fn, types.FunctionType) else {}
+    cls = _wrappers.ProfiledFunction if get is None else _wrappers.method_class(fn, switch, get, extra)
     profiled_fn = cls(fn, wrapper, enabled=switch.__len__)  # type: ignore[arg-type]
     profiled_fn._self_profctx_role = role
+    profiled_fn._self_profctx_rebuild = _rebuild
     return profiled_fn
-
-
-def _method_class(fn: Any, switch: list[bool], get: Any, role: str | None) -> type[ProfiledFunction]:
-    """Return a :class:`ProfiledFunction` subclass whose ``__get__`` reads ``switch`` from its closure.
-
-    ``obj.method`` runs ``__get__`` on every lookup; reading the switch and the plain getter
-    from the closure instead of the proxy's attributes (about 80 ns each through wrapt's
-    attribute lookup) keeps the off path of ``obj.method()`` within a few bare calls.
-    """
-    base_get = wrapt.FunctionWrapper.__get__
-
-    def __get__(self: ProfiledFunction, instance: Any, owner: Any = None) -> Any:  # noqa: N807
-        # Off: hand out the plain bound method (wrapt would build a bound wrapper per lookup).
-        if instance is not None and not switch:
-            return get(fn, instance, owner)
-        return base_get(self, instance, owner)
-
-    namespace: dict[str, Any] = {"__get__": __get__, "__slots__": ()}
-    if isinstance(fn, types.FunctionType):
-        namespace.update(_by_value(fn, role))
-    return type("ProfiledFunction", (ProfiledFunction,), namespace)
 
 
 def _by_value(fn: types.FunctionType, role: str | None) -> dict[str, Any]:
@@ -167,49 +148,13 @@ def _name_of(target: Any) -> str:
     return type(target).__qualname__
 
 
-class ProfiledFunction(wrapt.FunctionWrapper):  # type: ignore[misc,type-arg]
-    """The wrapper ``@profiled`` returns; pickled (by reference or by ``pickle``) as "decorate this function again".
+def __getattr__(name: str) -> Any:
+    """The wrapper types, from :mod:`profctx._wrappers` (imported on first use: it imports wrapt)."""
+    if name in ("ProfiledFunction", "ProfiledBoundFunction"):
+        from . import _wrappers
 
-    cloudpickle's by-value copy (classes defined in ``__main__``) still sees the bare function
-    it proxies and drops the wrapper: see docs/distributed.md.
-    """
-
-    _self_profctx_role: str | None
-
-    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
-        return _rebuild, (self.__wrapped__, self._self_profctx_role)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return self.__reduce_ex__(2)
-
-
-class ProfiledBoundFunction(wrapt.BoundFunctionWrapper):  # type: ignore[misc,type-arg]
-    """A :class:`ProfiledFunction` bound by attribute access; pickled as that access done again.
-
-    Ray's actor machinery keeps such bound wrappers in closures of the class it pickles.
-    """
-
-    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
-        return _rebind, (self._self_parent, self._self_instance, self._self_owner)
-
-    # Accessed on the class (``Cls.method``: no instance), this wraps a plain function and
-    # cloudpickle copies it by value like one: show the parent's trampoline (see ``_by_value``).
-    __code__ = property(lambda self: self._self_parent.__code__)
-    __globals__ = property(lambda self: self._self_parent.__globals__)
-    __closure__ = property(lambda self: self._self_parent.__closure__)
-    __defaults__ = property(lambda self: self._self_parent.__defaults__)
-    __kwdefaults__ = property(lambda self: self._self_parent.__kwdefaults__)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return self.__reduce_ex__(2)
-
-
-ProfiledFunction.__bound_function_wrapper__ = ProfiledBoundFunction  # type: ignore[misc]
-
-
-def _rebind(parent: ProfiledFunction, instance: Any, owner: Any) -> Any:
-    """Unpickle a :class:`ProfiledBoundFunction`."""
-    return parent.__get__(instance, owner)
+        return getattr(_wrappers, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _rebuild(fn: Any, role: str | None) -> Any:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from dataclasses import dataclass
 from typing import final
@@ -31,7 +30,7 @@ class Identity:
 
 def resolve(rank: int | None, world_size: int | None, group: str | None = None) -> Identity:
     """Return the identity: explicit values, else ``RANK``/``WORLD_SIZE``, else torch.distributed, else 0/1."""
-    host = socket.gethostname()
+    host = hostname()
     pid = os.getpid()
     if rank is not None:
         return Identity(rank, world_size if world_size is not None else max(rank + 1, _env_int("WORLD_SIZE") or 1),
@@ -49,6 +48,16 @@ def resolve(rank: int | None, world_size: int | None, group: str | None = None) 
         except Exception:  # noqa: BLE001 - a broken process group must not break profiling decisions
             pass
     return Identity(0, world_size if world_size is not None else 1, host, pid, "default", group)
+
+
+def hostname() -> str:
+    """Return the host name (``socket.gethostname()``; on POSIX read from ``uname``, sparing the socket import)."""
+    uname = getattr(os, "uname", None)
+    if uname is not None:
+        return str(uname().nodename)
+    import socket
+
+    return socket.gethostname()
 
 
 def detectable() -> bool:

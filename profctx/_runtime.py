@@ -11,7 +11,6 @@ import contextlib
 import errno
 import itertools
 import os
-import secrets
 import threading
 import time
 from collections import deque
@@ -37,7 +36,7 @@ if TYPE_CHECKING:
 
 def new_run_id() -> str:
     """Return a fresh run id: UTC time plus 6 random hex digits."""
-    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()
 
 
 class Opened:
@@ -201,6 +200,7 @@ class Runtime:
         self.owner = owner
         self.config = config
         self.window = config.steps or StepWindow()
+        self._steps = frozenset(self.window.steps)  # a C-level membership test for opens_nothing()
         self.tool, self.tool_note = choose_tool(config.tool)
         if self.tool_note is not None:
             logger.info("profctx: %s", self.tool_note)
@@ -217,6 +217,8 @@ class Runtime:
         self._fallback: Identity | None = None
         #: decide() results by everything they depend on (the plan is pure; blocks repeat).
         self._decisions: dict[tuple[Any, ...], Actions] = {}
+        #: decide() for blocks that only add a role, on a selected rank and (if different) not (role_block()).
+        self._roles: dict[tuple[Any, ...], tuple[Actions, Actions | None]] = {}
         self._manifest: ManifestWriter | None = None
         self._lock = threading.RLock()
         #: The native-capture token: its one key 'holder' is set while a capture holds the profiler.
@@ -253,7 +255,9 @@ class Runtime:
 
     def policy(self) -> Policy:
         """Return the plan's view of the config for this process."""
-        selected = self.rank_selected()
+        return self._policy_of(self.rank_selected())
+
+    def _policy_of(self, selected: bool) -> Policy:
         policy = self._policies.get(selected)
         if policy is None:
             policy = self._policies[selected] = Policy.of(self.config, selected)
@@ -280,6 +284,51 @@ class Runtime:
         threading.Thread(target=prepare, name="profctx-prepare", daemon=True).start()
 
     # -- blocks -------------------------------------------------------------------------------
+
+    def opens_nothing(self, step: int | None, sets_step: bool) -> bool:
+        """Whether :meth:`open` would return ``None`` at once, doing nothing, for a block at ``step``.
+
+        ``profile_step`` then only sets the ambient scope (no ``Session``): the common case of
+        blocks out of the window.
+        """
+        return (not self._deferred and (step is None or step not in self._steps)
+                and not (sets_step and self.run is not None))
+
+    def role_block(self, context: Capture | None, step: int | None, roles: tuple[str, ...]) -> str | None:
+        """Return the range a block that only adds a role draws in ``context``, when that is all it does.
+
+        ``""``: the block draws nothing (no capture around it, or its role is filtered out).
+        ``None``: :meth:`open` must run (it may open a capture or start engines, a stop is
+        pending, the step is out of the window, or ``context`` is neither absent nor live).
+        For a role-only block the plan's answer depends on the role path, the context and
+        the rank selection alone (the step only through the window, the contiguous run only
+        for blocks that set a step), so it is memoised by path and context; the rank
+        (microseconds to resolve) is looked at only where the two answers differ.
+        """
+        if self._deferred or step not in self._steps:
+            return None
+        if context is None:
+            state = None
+        elif context.status == "live":
+            state = "live"
+        else:
+            return None
+        key = (roles, state)
+        found = self._roles.get(key)
+        if found is None:
+            enter = Enter(step, roles, False, True, state, None)  # type: ignore[arg-type]
+            chosen, other = (decide(self._policy_of(selected), enter) for selected in (True, False))
+            found = (chosen, None if other == chosen else other)
+            if len(self._roles) >= 4096:
+                self._roles.clear()
+            self._roles[key] = found
+        actions, unselected = found
+        if unselected is not None and not self.rank_selected():
+            actions = unselected
+        if (actions.engines and self.owner.hooks) or actions.open is not None or actions.marker is not None \
+                or len(actions.ranges) > (state is not None):
+            return None
+        return actions.ranges[0] if actions.ranges else ""
 
     def open(self, scope: Scope, sets_step: bool, sets_role: bool, context: Capture | None) -> Opened | None:
         """Execute what the plan says a block entering ``scope`` opens; ``None`` when it opens nothing.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from contextvars import ContextVar
 from types import MappingProxyType
@@ -54,14 +55,17 @@ class Scope:
         return MappingProxyType(dict(self._tags))
 
     def child(self, step: int | None, role: str | None, tags: Mapping[str, Any]) -> Scope:
-        """Return the scope of a nested block that sets ``step``, adds ``role`` and merges ``tags``."""
-        new = Scope.__new__(Scope)
-        _init(
-            new,
-            self.step if step is None else step,
-            self.roles if role is None else self.roles + split_role(role),
-            tuple(sorted({**dict(self._tags), **tags}.items())) if tags else self._tags,
-        )
+        """Return the scope of a nested block that sets ``step``, adds ``role`` and merges ``tags``.
+
+        Runs on every block entry: the slots are set directly and a role name is split once.
+        """
+        new = _NEW(Scope)
+        _SET_STEP(new, self.step if step is None else step)
+        if role is None:
+            _SET_ROLES(new, self.roles)
+        else:
+            _SET_ROLES(new, self.roles + _split_cached(role))
+        _SET_TAGS(new, tuple(sorted({**dict(self._tags), **tags}.items())) if tags else self._tags)
         return new
 
     def to_dict(self) -> dict[str, Any]:
@@ -97,6 +101,7 @@ class Scope:
 _SET_STEP = Scope.__dict__["step"].__set__
 _SET_ROLES = Scope.__dict__["roles"].__set__
 _SET_TAGS = Scope.__dict__["_tags"].__set__
+_NEW = object.__new__
 
 
 def _init(scope: Scope, step: int | None, roles: tuple[str, ...], tags: tuple[tuple[str, Any], ...]) -> None:
@@ -126,6 +131,10 @@ def split_role(role: str) -> tuple[str, ...]:
     if not parts:
         raise ValueError(f"role: {role!r} is not valid; a role is a non-empty name such as 'rollout'")
     return parts
+
+
+#: :func:`split_role` memoised (a pure function; programs use a handful of role names).
+_split_cached = functools.lru_cache(maxsize=1024)(split_role)
 
 
 ROOT = Scope()

@@ -14,6 +14,7 @@ holds makes it raise; an unreadable shard is listed as damaged too.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
@@ -23,14 +24,21 @@ from typing import Any, Final, final
 
 from ._layout import MANIFEST_DIR, safe
 
-try:  # orjson parses a manifest line about 4x faster; the stdlib parser is the fallback (core needs no extra).
-    import orjson as _orjson
 
-    _loads: Callable[[bytes], Any] = _orjson.loads
-    _DecodeError: tuple[type[Exception], ...] = (_orjson.JSONDecodeError, UnicodeDecodeError)
-except ImportError:  # pragma: no cover - exercised when the extra is absent
-    _loads = json.loads
-    _DecodeError = (json.JSONDecodeError, UnicodeDecodeError)
+@functools.cache
+def _parser() -> tuple[Callable[[bytes], Any], tuple[type[Exception], ...]]:
+    """Return (loads, the errors it raises for a bad line).
+
+    orjson parses a manifest line about 4x faster; the stdlib parser is the fallback (core needs
+    no extra). Imported when a manifest is first read (orjson brings uuid, datetime and
+    platform): ``import profctx`` only writes.
+    """
+    try:
+        import orjson
+    except ImportError:  # pragma: no cover - exercised when the extra is absent
+        return json.loads, (json.JSONDecodeError, UnicodeDecodeError)
+    return orjson.loads, (orjson.JSONDecodeError, UnicodeDecodeError)
+
 
 #: Highest record version this reader understands; newer records are skipped.
 VERSION: Final = 1
@@ -427,9 +435,10 @@ class ManifestReader:
         """Return the record of one line, or ``None`` (blank, damaged, newer, another run)."""
         if not line or line.isspace():
             return None
+        loads, bad_line = _parser()
         try:
-            record = _loads(line)
-        except _DecodeError:
+            record = loads(line)
+        except bad_line:
             self.damaged.append(f"{name}:{number}")
             return None
         if type(record) is not dict:

@@ -438,6 +438,27 @@ def test_import_profctx_stays_light() -> None:
     assert [m for m in added if _heavy(m)] == []
 
 
+def test_a_fresh_import_profctx_loads_no_heavy_module() -> None:
+    # Nothing imported first: what a user's `import profctx` costs. wrapt (which imports asyncio
+    # and ssl) waits for the first @profiled, and the decorator still works then.
+    code = ("import sys\n"
+            "import profctx\n"
+            "print(sorted(sys.modules))\n"
+            "@profctx.profiled(role='r')\n"
+            "def f():\n"
+            "    return profctx.current().role\n"
+            "with profctx.profile_step(1):\n"
+            "    print(f())\n")
+    env = {"PYTHONPATH": str(PACKAGE.parent), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    loaded, result = out.stdout.strip().splitlines()
+    modules = ast.literal_eval(loaded)
+    assert "profctx._block" in modules and "profctx._decorate" in modules
+    heavy = ("asyncio", "ssl", "torch", "ray", "wrapt", "profctx.engines", "profctx.cli")
+    assert [m for m in modules if any(m == h or m.startswith(h + ".") for h in heavy)] == []
+    assert result == "None"  # not configured: the call goes straight to the function
+
+
 def test_no_module_import_profctx_loads_imports_heavy_modules() -> None:
     # The static twin of the check above, which also covers modules wrapt happens to load first.
     graph, paths = import_graph(), _paths()
