@@ -5,7 +5,7 @@ from ._block import profile_step
 from ._config import EngineConfig, ProfilerConfig
 from ._decorate import profiled
 from ._errors import ConfigError, ProfilingError
-from ._propagate import ScopedThreadPoolExecutor, adopt, bind, extract, inject
+from ._propagate import adopt, bind, extract, inject
 from ._scope import Scope, current
 from ._window import StepWindow
 
@@ -34,3 +34,16 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ._pool import ScopedThreadPoolExecutor
+
+
+def __getattr__(name: str) -> object:
+    """``ScopedThreadPoolExecutor``, imported on first use (``concurrent.futures`` costs a few ms)."""
+    if name == "ScopedThreadPoolExecutor":
+        from ._pool import ScopedThreadPoolExecutor
+
+        return ScopedThreadPoolExecutor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

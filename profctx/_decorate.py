@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
+import os
 import time
 import types
-import uuid
 from collections.abc import AsyncGenerator, Callable, Generator
 from typing import Any, TypeVar, overload
 
@@ -54,6 +53,8 @@ def _decorate(fn: Any, *, role: str | None) -> Any:
     if role is not None and (not isinstance(role, str) or not role.strip("/")):
         raise TypeError(f"profiled: role {role!r} is not valid; give a non-empty string such as 'rollout'")
     name = role or _name_of(target)
+    import inspect  # here, not at import profctx (it costs several ms)
+
     if inspect.isasyncgenfunction(target):
         wrapper = _async_generator_wrapper(name)
     elif inspect.iscoroutinefunction(target):
@@ -104,6 +105,8 @@ TRAMPOLINE_FILE = "profctx/_decorate.py"
 
 
 def _trampoline(fn: Any, role: str | None) -> Callable[..., Any]:
+    import inspect
+
     made: list[Any] = []  # this copy's wrapper, built at its first call (in the process it was copied to)
 
     if inspect.isasyncgenfunction(fn):
@@ -183,7 +186,7 @@ def _raised(exc: Exception) -> None:
         now = time.time()
         text = str(exc).strip().splitlines()
         runtime.record({
-            "capture": uuid.uuid4().hex[:12], "event": "finished", "kind": "remote", "status": "failed",
+            "capture": os.urandom(6).hex(), "event": "finished", "kind": "remote", "status": "failed",
             "steps": [scope.step], "step": scope.step, "last_step": scope.step, "role": scope.path or None,
             "time": now, "start_time": now, "end_time": now, "files": [], "bytes": 0,
             "error": f"{type(exc).__name__}: {text[0] if text else ''}",

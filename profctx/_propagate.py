@@ -16,7 +16,6 @@ import itertools
 import json
 import os
 from collections.abc import Callable, Mapping, MutableMapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextvars import Token
 from types import TracebackType
 from typing import Any, Final, Literal, TypeVar, final
@@ -326,15 +325,3 @@ def bind(fn: Callable[..., R]) -> Callable[..., R]:
         return context.copy().run(fn, *args, **kwargs)
 
     return run
-
-
-class ScopedThreadPoolExecutor(ThreadPoolExecutor):
-    """A ``ThreadPoolExecutor`` whose ``submit`` (and so ``map`` and ``run_in_executor``) keeps the scope.
-
-    Each task runs in a copy of the submitting thread's context, as ``asyncio.to_thread`` does.
-    """
-
-    def submit(self, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> Future[R]:
-        """Schedule ``fn(*args, **kwargs)`` in a copy of the caller's context."""
-        context = contextvars.copy_context()
-        return super().submit(context.run, fn, *args, **kwargs)
