@@ -600,12 +600,16 @@ def _plain(exc: BaseException, timeout: float) -> BaseException:
 class HttpAdapter(EngineAdapter):
     """The part every HTTP-server adapter shares: URL, known version, bearer token.
 
-    Subclasses set ``engine``, ``example_url``, and the version parser and option check
-    of their engine (``_parse_version``, ``_check_options``).
+    Subclasses set ``engine``, ``example_url``, ``server_name``, ``version_path``, and the
+    version parser and option check of their engine (``_parse_version``, ``_check_options``).
     """
 
     #: Shown in the error for an unusable URL.
     example_url: str = "http://host:8000"
+    #: The engine's name in error messages ("vLLM").
+    server_name: str = "engine"
+    #: The GET endpoint whose JSON ``{"version": ...}`` names the server's version.
+    version_path: str = "/version"
 
     def __init__(self, url: str, *, replica: int = 0, version: str | None = None,
                  api_key: str | None = None) -> None:
@@ -643,3 +647,21 @@ class HttpAdapter(EngineAdapter):
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    async def _detect(self, timeout: float) -> None:
+        """Ask the server its version once (``GET version_path``); keep ``None`` if it cannot say."""
+        from ._http import Unreachable, request
+
+        if self._version is not None:
+            return
+        try:
+            response = await request("GET", self.url + self.version_path, headers=self._headers(), timeout=timeout)
+        except Unreachable as exc:
+            raise EngineError(f"{self.server_name} server {self.url} is unreachable: {exc}") from exc
+        data = response.json()
+        if response.status == 200 and isinstance(data, dict) and isinstance(data.get("version"), str):
+            try:
+                self._parse_version(data["version"])
+            except ConfigError:
+                return
+            self._version = data["version"]

@@ -400,23 +400,10 @@ class SGLangHttpAdapter(_SGLang, HttpAdapter):
 
     engine = "sglang"
     example_url = "http://host:30000"
+    server_name = "SGLang"
+    version_path = "/get_server_info"
     _parse_version = staticmethod(parse_version)
     _check_options = staticmethod(_check)
-
-    async def _detect(self, timeout: float) -> None:
-        if self._version is not None:
-            return
-        try:
-            response = await request("GET", self.url + "/get_server_info", headers=self._headers(), timeout=timeout)
-        except Unreachable as exc:
-            raise EngineError(f"SGLang server {self.url} is unreachable: {exc}") from exc
-        data = response.json()
-        if response.status == 200 and isinstance(data, dict) and isinstance(data.get("version"), str):
-            try:
-                parse_version(data["version"])
-            except ConfigError:
-                return
-            self._version = data["version"]
 
     async def _post(self, path: str, body: Mapping[str, Any] | None, timeout: float) -> tuple[int, str]:
         try:

@@ -286,6 +286,8 @@ class VLLMHttpAdapter(HttpAdapter):
 
     engine = "vllm"
     example_url = "http://host:8000"
+    server_name = "vLLM"
+    version_path = "/version"
     _parse_version = staticmethod(parse_version)
     _check_options = staticmethod(_check)
 
@@ -293,21 +295,6 @@ class VLLMHttpAdapter(HttpAdapter):
                  trace_dir: str | None = None) -> None:
         super().__init__(url, replica=replica, version=version, api_key=api_key)
         self.trace_dir = trace_dir
-
-    async def _detect(self, timeout: float) -> None:
-        if self._version is not None:
-            return
-        try:
-            response = await request("GET", self.url + "/version", headers=self._headers(), timeout=timeout)
-        except Unreachable as exc:
-            raise EngineError(f"vLLM server {self.url} is unreachable: {exc}") from exc
-        data = response.json()
-        if response.status == 200 and isinstance(data, dict) and isinstance(data.get("version"), str):
-            try:
-                parse_version(data["version"])
-            except ConfigError:
-                return
-            self._version = data["version"]
 
     async def _post(self, path: str, body: Any, timeout: float) -> None:
         try:
