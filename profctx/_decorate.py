@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
-import time
 import types
 from collections.abc import AsyncGenerator, Callable, Generator
 from typing import Any, TypeVar, overload
 
 from ._block import Session, profile_step
+from ._manifest import failed_call
 from ._owner import OWNER
 from ._scope import SCOPE, current
 
@@ -183,15 +182,9 @@ def _raised(exc: Exception) -> None:
         scope = current()
         if scope.step is None or scope.step not in runtime.window:
             return
-        now = time.time()
         text = str(exc).strip().splitlines()
-        runtime.record({
-            "capture": os.urandom(6).hex(), "event": "finished", "kind": "remote", "status": "failed",
-            "steps": [scope.step], "step": scope.step, "last_step": scope.step, "role": scope.path or None,
-            "time": now, "start_time": now, "end_time": now, "files": [], "bytes": 0,
-            "error": f"{type(exc).__name__}: {text[0] if text else ''}",
-            "reason": f"the call {scope.path} raised",
-        })
+        runtime.record(failed_call(scope.step, scope.path, f"{type(exc).__name__}: {text[0] if text else ''}",
+                                   f"the call {scope.path} raised"))
     except Exception:  # noqa: BLE001 - recording a failure must not add one
         pass
 

@@ -112,6 +112,19 @@ def capture_record(
     return record  # type: ignore[return-value]
 
 
+def failed_call(step: int, role: str | None, error: str, reason: str, **fields: Any) -> Record:
+    """Return the record of a remote call that failed in ``step`` (no capture, no files)."""
+    now = time.time()
+    record: dict[str, Any] = {
+        "capture": os.urandom(6).hex(), "event": "finished", "kind": "remote", "status": "failed",
+        "steps": [step], "step": step, "last_step": step, "role": role or None,
+        "time": now, "start_time": now, "end_time": now, "files": [], "bytes": 0,
+        "error": error, "reason": reason,
+    }
+    record.update(fields)
+    return record  # type: ignore[return-value]
+
+
 def file_entries(paths: Any, save_path: Path) -> list[FileEntry]:
     """Return the entries of ``paths`` (sizes read now; ``None`` when a file is gone)."""
     entries: list[FileEntry] = []

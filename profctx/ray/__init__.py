@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
-import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +22,7 @@ import ray
 
 from .._layout import MANIFEST_DIR
 from .._log import warn_once
+from .._manifest import failed_call
 from .._owner import OWNER
 from .._propagate import _config_dict
 from .._scope import current
@@ -514,26 +513,8 @@ def _record_death(target: Target, error: BaseException) -> None:
         return
     method = _describe(target)
     group_name, rank = _member_of(target)
-    now = time.time()
-    runtime.record({
-        "capture": uuid.uuid4().hex[:12],
-        "event": "finished",
-        "kind": "remote",
-        "status": "failed",
-        "steps": [scope.step],
-        "step": scope.step,
-        "last_step": scope.step,
-        "role": "/".join((*scope.roles, method)),
-        "target_group": group_name,
-        "target_rank": rank,
-        "time": now,
-        "start_time": now,
-        "end_time": now,
-        "files": [],
-        "bytes": 0,
-        "error": _message(error),
-        "reason": f"the actor running {method} died",
-    })
+    runtime.record(failed_call(scope.step, "/".join((*scope.roles, method)), _message(error),
+                               f"the actor running {method} died", target_group=group_name, target_rank=rank))
 
 
 def _message(error: object) -> str:
