@@ -12,7 +12,6 @@ their own reset outlive a call: the log-once keys (``_log.reset``), the exit hoo
 
 from __future__ import annotations
 
-import sys
 import threading
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -178,18 +177,6 @@ class Owner:
             reset = getattr(hook, "reset", None)
             if reset is not None:
                 reset()
-
-
-def in_ray_worker() -> bool:
-    """Return whether this process is a Ray worker (an actor or task process)."""
-    ray = sys.modules.get("ray")
-    if ray is None:
-        return False
-    try:
-        worker = ray._private.worker.global_worker
-        return bool(worker.mode == ray.WORKER_MODE)
-    except Exception:  # noqa: BLE001 - a Ray we do not know: assume not a worker
-        return False
 
 
 #: The process's owner.

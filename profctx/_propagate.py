@@ -303,11 +303,6 @@ class adopt:  # noqa: N801 - used like a function: ``with adopt(snapshot):``
             self._end()
 
 
-def carried_parent(scope: Scope) -> Scope:
-    """Return the scope a received call's blocks nest under: the sender's roles and tags, no step."""
-    return Scope(None, scope.roles, scope.tags)
-
-
 # -- threads ----------------------------------------------------------------------------------
 
 

@@ -67,8 +67,6 @@ class WorkerGroup:
     world_size: int
     #: The configuration the members were last given (re-sent when the driver reconfigures).
     sent: Any = None
-    sent_run: str | None = None
-    pending: list[Any] = field(default_factory=list)
 
     @property
     def handles(self) -> list[Any]:
@@ -105,7 +103,6 @@ class Driver:
             spec["save_path"] = str(runtime.save_path)
             spec["probe"] = str(_probe(runtime))
         grp.sent = config
-        grp.sent_run = runtime.run_id if runtime is not None else None
         return [m.handle.__ray_call__.remote(_worker.join, {**spec, "rank": m.rank}) for m in grp.members]
 
     def joined(self, grp: WorkerGroup, results: Sequence[Any]) -> None:
@@ -117,6 +114,9 @@ class Driver:
                 continue
             member.pid, member.host, member.main = result["pid"], result["host"], result["main"]
             member.collect = bool(result.get("collect"))
+            if result.get("error"):
+                warn_once(f"join-config:{grp.name}", "profctx: worker group %r cannot use the driver's configuration "
+                          "(it runs unprofiled): %s", grp.name, result["error"])
             group_name, rank = result.get("identity") or (grp.name, member.rank)
             claimed = self.claims.setdefault((str(group_name), int(rank)), member.pid)
             if claimed != member.pid:

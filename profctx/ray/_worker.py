@@ -89,7 +89,6 @@ def join(actor: Any, spec: Mapping[str, Any]) -> dict[str, Any]:
         "pid": os.getpid(),
         "host": socket.gethostname(),
         "main": threading.current_thread() is threading.main_thread(),
-        "own_config": own,
         "undecorated": _undecorated(type(actor)),
         "error": error,
         "save_path": save_path,
