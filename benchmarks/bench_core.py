@@ -68,6 +68,13 @@ class Model:
     def decorated_method(self) -> int:
         return 1
 
+    async def amethod(self) -> int:
+        return 1
+
+    @profctx.profiled(role="bench")
+    async def adecorated_method(self) -> int:
+        return 1
+
 
 async def abare() -> int:
     return 1
@@ -115,6 +122,9 @@ def off_path(number: int, repeat: int) -> list[Row]:
         rows.append((f"@profiled method bound once, {label} (vs bare bound method)", t, t / base_b, "<= 4"))
         t = await_ns(adecorated, number // 4, repeat)
         rows.append((f"@profiled coroutine, {label} (vs bare await)", t, t / base_await, "<= 3"))
+        base_am = await_ns(lambda: model.amethod(), number // 4, repeat)
+        t = await_ns(lambda: model.adecorated_method(), number // 4, repeat)
+        rows.append((f"@profiled coroutine method as `await obj.m()`, {label} (vs bare)", t, t / base_am, "<= 3"))
 
     profctx.reset()
     calls("not configured")

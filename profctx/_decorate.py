@@ -33,7 +33,8 @@ def profiled(fn: Any = None, /, *, role: str | None = None) -> Any:
     cannot capture, range or start an engine — no block of the process is inside an
     in-window step, the rank is not selected, or the role is filtered out — it goes
     straight to the function (the check is one C-level call) and the role is not set in
-    ``current()``. A method looked up then (``obj.method``) is the plain bound method.
+    ``current()``. A plain function or method stays a Python function with the same
+    parameters (``obj.method()`` binds it as usual; a method bound early checks at each call).
 
     On a Ray actor registered in a worker group (``profctx.ray.group``), the call knows the
     step its driver is in; nothing is added to the call itself (``docs/distributed.md``).
@@ -67,6 +68,11 @@ def _decorate(fn: Any, *, role: str | None) -> Any:
         # worker can then tell the user which methods arrived undecorated (profctx.ray).
         target.__profctx_role__ = name  # type: ignore[union-attr]
     switch = OWNER.switch(name)
+    plain = _plain_function(fn)
+    if plain is not None:
+        made = _generated(plain, switch, wrapper)
+        if made is not None:
+            return made if plain is fn else type(fn)(made)
     from . import _wrappers  # wrapt (with asyncio and ssl): at the first @profiled, not at import profctx
 
     get = getattr(type(fn), "__get__", None)
@@ -76,6 +82,83 @@ def _decorate(fn: Any, *, role: str | None) -> Any:
     profiled_fn._self_profctx_role = role
     profiled_fn._self_profctx_rebuild = _rebuild
     return profiled_fn
+
+
+def _plain_function(fn: Any) -> types.FunctionType | None:
+    """The Python function or coroutine function (not a generator function) ``fn`` is or holds."""
+    inner = fn.__func__ if isinstance(fn, (classmethod, staticmethod)) else fn
+    if type(inner) is not types.FunctionType or inner.__code__.co_flags & _GENERATORS:
+        return None
+    return inner
+
+
+#: Code flags of generator, iterable coroutine and async generator functions (``inspect.CO_*``).
+_GENERATORS = 0x20 | 0x100 | 0x200
+_COROUTINE = 0x80
+_VARARGS, _VARKEYWORDS = 0x04, 0x08
+#: The file name of generated wrappers' code: how a worker tells a decorated method from a bare copy.
+GENERATED_FILE = "<profctx @profiled>"
+_NAMES = ("_profctx_switch", "_profctx_fn", "_profctx_on")
+#: Wrapper factories by signature shape (the code is shared by functions of the same shape).
+_FACTORIES: dict[tuple[Any, ...], Callable[..., Any]] = {}
+
+
+def _generated(fn: types.FunctionType, switch: list[bool], on: Callable[..., Any]) -> Any:
+    """Return a function with ``fn``'s exact parameters that calls ``fn``, or ``on`` while ``switch`` is on.
+
+    For a coroutine function, a coroutine function that awaits either.
+
+    A real Python function, not a proxy: ``obj.method()`` binds it like any method (no
+    Python-level ``__get__``), its off path is one extra frame, and it pickles by reference,
+    or by value with its closure (the function and the role's switch, which unpickles as the
+    receiving process's switch). Returns ``None`` where a parameter name is one of the
+    wrapper's own (then a wrapt proxy is used).
+    """
+    code = fn.__code__
+    count = code.co_argcount + code.co_kwonlyargcount
+    star = code.co_varnames[count] if code.co_flags & _VARARGS else None
+    dstar = code.co_varnames[count + (star is not None)] if code.co_flags & _VARKEYWORDS else None
+    key = (code.co_varnames[:count], code.co_posonlyargcount, code.co_argcount, star, dstar,
+           bool(code.co_flags & _COROUTINE))
+    factory = _FACTORIES.get(key)
+    if factory is None:
+        if set(_NAMES) & {*code.co_varnames[:count], star, dstar}:
+            return None
+        factory = _FACTORIES[key] = _factory(*key)
+    made = factory(switch, fn, on)
+    functools.update_wrapper(made, fn)
+    made.__defaults__ = fn.__defaults__
+    made.__kwdefaults__ = fn.__kwdefaults__
+    return made
+
+
+def _factory(names: tuple[str, ...], posonly: int, positional: int, star: str | None,
+             dstar: str | None, coroutine: bool) -> Callable[..., Any]:
+    params = list(names[:positional])
+    if posonly:
+        params.insert(posonly, "/")
+    keywords = names[positional:]
+    if star is not None:
+        params.append("*" + star)
+    elif keywords:
+        params.append("*")
+    params.extend(keywords)
+    if dstar is not None:
+        params.append("**" + dstar)
+    args = ", ".join([*names[:positional], *(["*" + star] if star else [])])
+    kwargs = ", ".join([*(f"{k!r}: {k}" for k in keywords), *(["**" + dstar] if dstar else [])])
+    forward = ", ".join([*names[:positional], *(["*" + star] if star else []),
+                         *(f"{k}={k}" for k in keywords), *(["**" + dstar] if dstar else [])])
+    run, wait = ("async ", "await ") if coroutine else ("", "")
+    source = (f"def factory(_profctx_switch, _profctx_fn, _profctx_on):\n"
+              f"    {run}def call({', '.join(params)}):\n"
+              f"        if _profctx_switch:\n"
+              f"            return {wait}_profctx_on(_profctx_fn, None, ({args}{',' if args else ''}), {{{kwargs}}})\n"
+              f"        return {wait}_profctx_fn({forward})\n"
+              f"    return call\n")
+    namespace: dict[str, Any] = {}
+    exec(compile(source, GENERATED_FILE, "exec"), {"__builtins__": {}}, namespace)
+    return namespace["factory"]  # type: ignore[no-any-return]
 
 
 def _by_value(fn: types.FunctionType, role: str | None) -> dict[str, Any]:

@@ -45,6 +45,29 @@ class RoleHook(Protocol):
     def reset(self) -> None: ...
 
 
+class Switch(list):  # type: ignore[type-arg]
+    """A role's switch: a list, empty while ``@profiled`` calls of the role go straight through.
+
+    Truth-tested in C (``if switch:``). A copy pickled by value (cloudpickle copies a function's
+    closure, and a ``@profiled`` function keeps its switch there) unpickles as the switch of the
+    same role in the receiving process, not as a frozen copy.
+    """
+
+    __slots__ = ("role",)
+
+    def __init__(self, role: str) -> None:
+        super().__init__()
+        self.role = role
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return switch_of, (self.role,)
+
+
+def switch_of(role: str) -> Switch:
+    """Return this process's switch of ``role`` (what a pickled :class:`Switch` becomes)."""
+    return OWNER.switch(role)
+
+
 class Owner:
     """All of profctx's process state. One instance per process: :data:`OWNER`.
 
@@ -73,7 +96,7 @@ class Owner:
         #: One entry per block of this process inside an in-window step.
         self.gate: list[object] = []
         #: Role name -> its switch (shared by every ``@profiled`` function of that role).
-        self.switches: dict[str, list[bool]] = {}
+        self.switches: dict[str, Switch] = {}
         #: Whether the ``PROFCTX_*`` environment was read (by ``configure()``, or by the first
         #: block of a process that was never configured).
         self.env_read = False
@@ -90,12 +113,12 @@ class Owner:
 
     # -- switches -----------------------------------------------------------------------------
 
-    def switch(self, role: str) -> list[bool]:
+    def switch(self, role: str) -> Switch:
         """Return the switch of ``role`` (created off, or on if the process state wants it)."""
         with self._lock:
             found = self.switches.get(role)
             if found is None:
-                found = self.switches[role] = []
+                found = self.switches[role] = Switch(role)
                 self._set(role, found)
             return found
 
@@ -105,7 +128,7 @@ class Owner:
             for role, switch in self.switches.items():
                 self._set(role, switch)
 
-    def _set(self, role: str, switch: list[bool]) -> None:
+    def _set(self, role: str, switch: Switch) -> None:
         on = bool(self.gate) and self._wants(role)
         if on and not switch:
             switch.append(True)

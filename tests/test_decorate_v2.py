@@ -231,3 +231,103 @@ def test_scope_with_list_tags_is_hashable_and_equal_scopes_hash_alike() -> None:
     with profctx.profile_step(1, batch=[1, 2]):
         assert isinstance(hash(profctx.current()), int)
         assert {profctx.current(): "ok"}[profctx.current()] == "ok"
+
+
+# -- plain functions: a real function with the same parameters ---------------------------------------
+
+
+_SHARED: list[int] = []
+
+
+@profiled(role="shapes")
+def shapes(a: int, b: int = 2, /, c: int = 3, *rest: int, d: int, e: list[int] = _SHARED, **extra: Any) -> Any:
+    return a, b, c, rest, d, e, extra, profctx.current().path
+
+
+def test_a_decorated_function_takes_arguments_exactly_as_the_undecorated_one() -> None:
+    undecorated = shapes.__wrapped__  # type: ignore[attr-defined]
+    calls = [((1,), {"d": 4}), ((1, 2, 3, 4, 5), {"d": 6, "z": 7}), ((1,), {"c": 9, "d": 0, "e": [1]})]
+    for args, kwargs in calls:
+        assert shapes(*args, **kwargs)[:-1] == undecorated(*args, **kwargs)[:-1]
+    assert shapes(1, d=4)[5] is _SHARED  # the same default object, not a copy
+    for bad_args, bad_kwargs in [((), {"d": 1}), ((1,), {}), ((1, 2, 3), {"c": 1, "d": 1})]:
+        with pytest.raises(TypeError) as theirs:
+            undecorated(*bad_args, **bad_kwargs)
+        with pytest.raises(TypeError) as ours:
+            shapes(*bad_args, **bad_kwargs)
+        assert str(ours.value) == str(theirs.value).replace(undecorated.__qualname__, shapes.__qualname__)
+    with capture(steps=[1], mode="role") as got, profctx.profile_step(1):
+        assert shapes(1, 2, 3, 4, d=5, z=6) == (1, 2, 3, (4,), 5, _SHARED, {"z": 6}, "shapes")
+    assert [(c.steps, c.role) for c in got] == [((1,), "shapes")]
+
+
+def test_parameters_named_like_the_wrappers_own_still_work() -> None:
+    @profiled(role="odd")
+    def odd(_profctx_switch: int, _profctx_fn: int = 2) -> tuple[int, int, str]:
+        return _profctx_switch, _profctx_fn, profctx.current().path
+
+    assert odd(1) == (1, 2, "")
+    with capture(steps=[1], mode="role") as got, profctx.profile_step(1):
+        assert odd(1, _profctx_fn=3) == (1, 3, "odd")
+    assert [c.role for c in got] == ["odd"]
+
+
+class Bound:
+    @profiled(role="bound")
+    def work(self, x: int) -> str:
+        return f"{x}:{profctx.current().path}"
+
+    @profiled(role="abound")
+    async def awork(self, x: int) -> str:
+        await asyncio.sleep(0)
+        return f"{x}:{profctx.current().path}"
+
+
+def test_a_method_bound_before_configure_is_captured_later() -> None:
+    profctx.reset()
+    work, awork = Bound().work, Bound().awork  # bound while nothing can be captured
+    assert work(1) == "1:" and asyncio.run(awork(1)) == "1:"
+    with capture(steps=[1], mode="role") as got, profctx.profile_step(1):
+        assert work(2) == "2:bound"
+        assert asyncio.run(awork(2)) == "2:abound"
+    assert [(c.steps, c.role) for c in got] == [((1,), "bound"), ((1,), "abound")]
+    assert asyncio.iscoroutinefunction(Bound.awork) and asyncio.iscoroutinefunction(awork)
+
+
+def test_a_switch_unpickles_as_the_receiving_processes_switch() -> None:
+    import pickle
+
+    from profctx._owner import OWNER
+
+    switch = OWNER.switch("pickled-role")
+    assert pickle.loads(pickle.dumps(switch)) is switch
+
+
+def test_a_by_value_copy_in_another_process_is_still_profiled(tmp_path: Any) -> None:
+    cloudpickle = pytest.importorskip("ray.cloudpickle")
+    import subprocess
+    import sys
+
+    class Local:  # defined in a function: cloudpickle copies it, its methods and their closures by value
+        @profiled(role="copied")
+        def work(self, x: int) -> str:
+            return f"{x}:{profctx.current().path}"
+
+        @profiled(role="acopied")
+        async def awork(self, x: int) -> str:
+            return f"{x}:{profctx.current().path}"
+
+    blob = tmp_path / "local.pkl"
+    blob.write_bytes(cloudpickle.dumps(Local))
+    script = f"""
+import asyncio, pickle, profctx
+from profctx.testing import capture
+Local = pickle.loads(open({str(blob)!r}, "rb").read())
+with capture(steps=[1], mode="role") as got:
+    with profctx.profile_step(1):
+        print(Local().work(1), asyncio.run(Local().awork(1)))
+    print(Local().work(2), asyncio.run(Local().awork(2)))
+print(*[f"{{c.steps[0]}}:{{c.role}}" for c in got])
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.split() == ["1:copied", "1:acopied", "2:", "2:", "1:copied", "1:acopied"]

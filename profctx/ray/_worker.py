@@ -121,12 +121,14 @@ def _undecorated(cls: type) -> list[str]:
 
 def _decorated(fn: Any) -> bool:
     """Whether ``fn``, or a function it wraps (Ray wraps actor methods in its tracing shims), is profctx's."""
-    from .._decorate import TRAMPOLINE_FILE, TRAMPOLINES, ProfiledFunction
+    from .._decorate import GENERATED_FILE, TRAMPOLINE_FILE, TRAMPOLINES, ProfiledFunction
 
     for _ in range(8):
         if isinstance(fn, ProfiledFunction):
             return True
         code = getattr(fn, "__code__", None)
+        if code is not None and code.co_filename == GENERATED_FILE:
+            return True  # a plain function's wrapper (_decorate._generated), or its by-value copy
         if code is not None and code.co_name in TRAMPOLINES and code.co_filename.replace("\\", "/").endswith(
                 TRAMPOLINE_FILE):
             return True  # a by-value copy that decorates itself again when called (_decorate._by_value)
