@@ -112,6 +112,7 @@ def detach(*adapters: EngineAdapter) -> None:
 
 
 def _shutdown() -> None:
+    _lifecycle.release_workers()
     held, OWNER.held = OWNER.held, None
     if held is not None:  # a worker's held step: closed here, or abandoned by the runtime if on another thread
         try:

@@ -63,8 +63,18 @@ def uninstall() -> None:
     _EXIT.previous = None
 
 
+def release_workers() -> None:
+    """Tell the step hooks (a Ray driver's worker groups) that the step they are in ends now."""
+    for hook in list(OWNER.step_hooks):
+        try:
+            hook.shutdown()
+        except Exception as exc:  # noqa: BLE001 - exit paths must not raise
+            logger.warning("profctx: could not stop %r at exit: %s", hook, exc)
+
+
 def finalize(timeout: float | None = EXIT_TIMEOUT) -> None:
     """Stop open engine sessions and this process's open captures; wait for files (``timeout`` seconds)."""
+    release_workers()
     for hook in list(OWNER.hooks):
         try:
             hook.shutdown()

@@ -36,6 +36,8 @@ Target = Any
 
 #: Seconds the driver waits for its workers to enter or leave a step before going on without them.
 CONTROL_TIMEOUT = 300.0
+#: Seconds the driver waits, at exit or ``reset()``, for its workers to leave a step it was still in.
+RELEASE_TIMEOUT = 10.0
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -230,9 +232,24 @@ class Driver:
         return None
 
     def shutdown(self) -> None:
-        return None
+        """Tell the workers to leave a step the driver is still in (exit, SIGTERM, ``reset()``).
+
+        Without it a worker would keep holding the step, its capture recording, until its own
+        process ends. Waits at most :data:`RELEASE_TIMEOUT` seconds; never raises.
+        """
+        step, self.step = self.step, None
+        if step is None or not self.groups or not ray.is_initialized():
+            return
+        try:
+            refs = [m.handle.__ray_call__.remote(_worker.step_exit, step)
+                    for grp in self.groups.values() for m in grp.members]
+            refs.extend(self.leftovers())
+            ray.wait(refs, num_returns=len(refs), timeout=RELEASE_TIMEOUT)
+        except Exception as exc:  # noqa: BLE001 - an exit path: report, never raise
+            warn_once("release-workers", "profctx: could not tell the workers to leave step %s: %s", step, exc)
 
     def reset(self) -> None:
+        self.shutdown()
         self.groups.clear()
         self.claims.clear()
         self.leaving = []

@@ -111,6 +111,24 @@ def test_step_mode_is_one_capture_per_worker_per_step_whatever_it_serves(
     assert calls == {"step_enter": 4, "step_exit": 4}
 
 
+def test_a_driver_reset_inside_a_step_makes_its_workers_leave_it(sync_workers: list[Any], tmp_path: Path) -> None:
+    _configure(tmp_path, mode="step", profile_driver=False)
+    pray.group("actor", sync_workers)
+    with profctx.profile_step(2):
+        ray.get([w.undecorated.remote() for w in sync_workers])
+        assert [ray.get(w.__ray_call__.remote(where))["step"] for w in sync_workers] == [2, 2]
+        profctx.reset()  # e.g. an error handler that resets profiling while the step is still open
+        # The workers left the step: no capture keeps recording until their processes end.
+        assert [ray.get(w.__ray_call__.remote(where))["step"] for w in sync_workers] == [None, None]
+    assert [ray.get(w.__ray_call__.remote(_flushed)) for w in sync_workers] == [True, True]
+    got = sorted((r["rank"], tuple(r["steps"]), r["status"]) for r in _remote(_manifest.read(tmp_path)))
+    assert got == [(0, (2,), "ok"), (1, (2,), "ok")]
+
+
+def _flushed(actor: Any) -> bool:
+    return profctx.flush(60)
+
+
 def test_ranks_contents_and_the_driver_are_chosen_per_group(ray_cluster: Any, tmp_path: Path) -> None:
     actors = [ray.remote(num_cpus=0)(Plain).remote() for _ in range(2)]
     rollout = [ray.remote(num_cpus=0)(PlainAsync).remote()]
