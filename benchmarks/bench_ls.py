@@ -3,8 +3,11 @@
 Writes ``--captures`` captures (a started and a finished record each, as the writer emits
 them) spread over ``--shards`` process shards, then measures, each in a fresh subprocess: the
 time and peak RSS of ``profctx ls DIR`` (output to a file), of ``ls --step S`` (filtered while
-streaming), and of an interpreter that only imports the CLI (the floor). Targets: 100,000
-captures listed in at most 1 s and 100 MB.
+streaming), and of an interpreter that only imports the CLI (the floor), first with no listing
+index (as a killed run leaves it), then with the index each process's writer leaves when it
+closes (written here by the writer's own function; the time to write them is reported). The
+listings with and without the index must be the same bytes. Targets: 100,000 captures listed
+in at most 1 s and 100 MB.
 
     python benchmarks/bench_ls.py [--captures 100000] [--shards 64] [--keep DIR]
 """
@@ -48,17 +51,24 @@ def write(folder: Path, captures: int, shards: int) -> None:
         (manifest / f"bench.rank{shard}-of-{shards}.node.{1000 + shard}.jsonl").write_text("\n".join(lines) + "\n")
 
 
-def measure(argv: list[str], env: dict[str, str] | None = None, repeat: int = 3) -> tuple[float, float, float]:
-    """Run ``argv`` ``repeat`` times, output to a file; return the best (seconds, CPU seconds, peak RSS MB)."""
+def measure(argv: list[str], env: dict[str, str] | None = None, repeat: int = 3,
+            output: list[bytes] | None = None) -> tuple[float, float, float]:
+    """Run ``argv`` ``repeat`` times, output to a file; return the best (seconds, CPU seconds, peak RSS MB).
+
+    ``output``: a list the last run's standard output is appended to.
+    """
     best: tuple[float, float, float] | None = None
     for _ in range(repeat):
         t0 = time.perf_counter()
-        with tempfile.TemporaryFile("w+") as out:
+        with tempfile.TemporaryFile("w+b") as out:
             # A neutral working folder: "python -m" would put the current one first on sys.path.
             child = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, env=env,
                                      cwd=tempfile.gettempdir())
             _, status, usage = os.wait4(child.pid, 0)
-        elapsed = time.perf_counter() - t0
+            elapsed = time.perf_counter() - t0
+            if output is not None:
+                out.seek(0)
+                output.append(out.read())
         code = os.waitstatus_to_exitcode(status)
         if code not in (0, 1):
             raise RuntimeError(f"{argv} exited {code}")
@@ -79,24 +89,43 @@ def main() -> None:
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="profctx-bench-ls-"))
     if not (folder / ".profctx").is_dir():
         write(folder, args.captures, args.shards)
-    size = sum(p.stat().st_size for p in (folder / ".profctx").iterdir())
+    size = sum(p.stat().st_size for p in (folder / ".profctx").glob("*.jsonl"))
     py = sys.executable
     here = str(Path(__file__).resolve().parent.parent)
     os.environ["PYTHONPATH"] = here
-    floor = measure([py, "-c", "import profctx.cli"])
+    sys.path.insert(0, here)
+    from profctx._listing import INDEX_SUFFIX, write_index
+
+    shards = sorted((folder / ".profctx").glob("*.jsonl"))
+    for index in (folder / ".profctx").glob(f"*{INDEX_SUFFIX}"):
+        index.unlink()
+    listings: list[bytes] = []
+    ls = [py, "-m", "profctx", "ls", str(folder)]
     runs = {
-        "interpreter + import profctx.cli": floor,
-        "profctx ls DIR": measure([py, "-m", "profctx", "ls", str(folder)]),
-        "profctx ls DIR --json": measure([py, "-m", "profctx", "ls", str(folder), "--json"]),
-        "profctx ls DIR --step 7": measure([py, "-m", "profctx", "ls", str(folder), "--step", "7"]),
+        "interpreter + import profctx.cli": measure([py, "-c", "import profctx.cli"]),
+        "profctx ls DIR, no index (a killed run)": measure(ls, output=listings),
+        "profctx ls DIR --json": measure([*ls, "--json"]),
+        "profctx ls DIR --step 7": measure([*ls, "--step", "7"]),
         "profctx.manifest.read(DIR)": measure([py, "-c", f"import profctx.manifest as m; m.read({str(folder)!r})"]),
     }
+    t0 = time.process_time()
+    written = sum(write_index(shard) for shard in shards)
+    writing = time.process_time() - t0
+    runs["profctx ls DIR, with the index"] = measure(ls, output=listings)
+    if written != len(shards) or listings[0] != listings[1]:
+        raise RuntimeError(f"{written} of {len(shards)} indexes written; listings equal: {listings[0] == listings[1]}")
     if args.old:
         old_env = {**os.environ, "PYTHONPATH": args.old}
-        runs["previous profctx ls DIR (--old)"] = measure([py, "-m", "profctx", "ls", str(folder)], env=old_env)
+        runs["previous profctx ls DIR (--old)"] = measure([py, "-m", "profctx", "ls", str(folder)], env=old_env,
+                                                          output=listings)
+        if listings[2] != listings[0]:
+            raise RuntimeError("the previous ls printed another listing")
         runs["previous profctx ls DIR --json (--old)"] = measure([py, "-m", "profctx", "ls", str(folder), "--json"],
                                                                  env=old_env)
+    indexes = sum(p.stat().st_size for p in (folder / ".profctx").glob(f"*{INDEX_SUFFIX}"))
     print(f"{args.captures} captures, {args.shards} shards, manifest {size / 1e6:.1f} MB; best of 3 runs each")
+    print(f"indexes: {indexes / 1e6:.1f} MB, written in {writing:.2f} s of CPU ({writing / len(shards) * 1e3:.0f} ms "
+          f"per shard of {args.captures // args.shards} captures, at the end of its process)")
     print("| what | time (s) | CPU (s) | peak RSS (MB) |\n|---|---:|---:|---:|")
     for name, (seconds, cpu, rss) in runs.items():
         print(f"| {name} | {seconds:.2f} | {cpu:.2f} | {rss:.0f} |")

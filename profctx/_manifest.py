@@ -21,6 +21,7 @@ from typing import Any, Final, Literal, TypedDict
 from . import manifest
 from ._identity import Identity
 from ._layout import MANIFEST_DIR, safe
+from ._listing import write_index
 from ._log import logger, warn_once
 
 #: Version of the record format; readers accept records of this version or lower.
@@ -235,7 +236,11 @@ class ManifestWriter:
                   self.path, reason, exc)
 
     def close(self, timeout: float = 0.0) -> bool:
-        """Write what is pending (retrying up to ``timeout`` seconds), close the shard; return success."""
+        """Write what is pending (retrying up to ``timeout`` seconds), close the shard; return success.
+
+        Once every record is written, the shard's listing index is written beside it (see
+        :mod:`profctx._listing`), under the lock so that no record lands while it is built.
+        """
         deadline = time.monotonic() + timeout
         with self._lock:
             while True:
@@ -250,6 +255,8 @@ class ManifestWriter:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+                if ok:
+                    write_index(self.path)
             return ok
 
 

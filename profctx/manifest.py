@@ -422,14 +422,17 @@ class ManifestReader:
         except OSError as exc:
             self.damaged.append(f"{shard.name}: unreadable ({exc})")
             return
+        yield from self._records(shard.name, data, lean)
+
+    def _records(self, name: str, data: bytes, lean: bool) -> Iterator[dict[str, Any]]:
         lines = data.splitlines()
         if not lean:
             for number, line in enumerate(lines, 1):
-                record = self._parse(shard.name, number, line)
+                record = self._parse(name, number, line)
                 if record is not None:
                     yield record
             return
-        yield from self._lean(shard.name, lines)
+        yield from self._lean(name, lines)
 
     def _parse(self, name: str, number: int, line: bytes) -> dict[str, Any] | None:
         """Return the record of one line, or ``None`` (blank, damaged, newer, another run)."""
@@ -512,44 +515,75 @@ class ManifestReader:
         pending: dict[str, dict[str, Any]] = {}
         finished: set[str] = set()
         for shard in self.shards():
-            waiting: dict[str, dict[str, Any]] = {}
-            # A capture may be finished more than once (an engine's late answer rewrites its
-            # record): the shard's last word wins, so finished records are yielded at its end.
-            done: dict[str, dict[str, Any]] = {}
-            for record in self._shard_lines(shard, self.lean):
-                key = record.get("capture")
-                key = key if type(key) is str else ""
-                event = record.pop("event", None)
-                if event == "started" and key:
-                    entry = waiting.get(key)
-                    if entry is None:
-                        waiting[key] = record
-                    else:
-                        entry.update(record)
-                    continue
-                entry = None
-                if key:  # the emptiness tests skip lookups in the common lean case (nothing waits)
-                    if waiting:
-                        entry = waiting.pop(key, None)
-                    if entry is None and done:
-                        entry = done.pop(key, None)
-                    if entry is None and pending:
-                        entry = pending.pop(key, None)
-                if entry is not None:
-                    entry.update(record)
-                    record = entry
-                record.setdefault("status", "open")
-                if key:
-                    finished.add(key)
-                    done[key] = record
-                else:
-                    yield record
-            yield from done.values()
-            pending.update(waiting)
+            yield from self.merge_shard(shard, pending, finished)
+        yield from self.still_open(pending, finished)
+
+    def merge_shard(self, shard: Path, pending: dict[str, dict[str, Any]],
+                    finished: set[str]) -> Iterator[dict[str, Any]]:
+        """Yield the captures ``shard`` finishes, as :meth:`merged` does; a step of it, for callers that skip shards.
+
+        ``pending``: the captures started in the shards read before and not finished yet, by id
+        (a record of this shard that finishes one completes it); this shard's unfinished ones are
+        added to it. ``finished``: the ids of the captures finished so far, this shard's added.
+        A caller that takes a shard's captures from elsewhere adds their ids to ``finished``.
+        """
+        return self._merge(self._shard_lines(shard, self.lean), pending, finished)
+
+    @staticmethod
+    def still_open(pending: dict[str, dict[str, Any]], finished: set[str]) -> Iterator[dict[str, Any]]:
+        """Yield the captures of ``pending`` that no shard finished, with status ``open`` (see :meth:`merge_shard`)."""
         for key, record in pending.items():
             if key not in finished:
                 record["status"] = "open"
                 yield record
+
+    def shard_captures(self, shard: Path, data: bytes) -> tuple[list[dict[str, Any]], int]:
+        """Return the captures of one shard's bytes ``data``, as :meth:`merged` yields them, and how many are open.
+
+        The open ones (started, not finished in ``data``) are not in the list.
+        """
+        pending: dict[str, dict[str, Any]] = {}
+        captures = list(self._merge(self._records(shard.name, data, self.lean), pending, set()))
+        return captures, len(pending)
+
+    @staticmethod
+    def _merge(records: Iterable[dict[str, Any]], pending: dict[str, dict[str, Any]],
+               finished: set[str]) -> Iterator[dict[str, Any]]:
+        """Yield the captures one shard finishes, merging in ``pending``; add its unfinished ones to ``pending``."""
+        waiting: dict[str, dict[str, Any]] = {}
+        # A capture may be finished more than once (an engine's late answer rewrites its
+        # record): the shard's last word wins, so finished records are yielded at its end.
+        done: dict[str, dict[str, Any]] = {}
+        for record in records:
+            key = record.get("capture")
+            key = key if type(key) is str else ""
+            event = record.pop("event", None)
+            if event == "started" and key:
+                entry = waiting.get(key)
+                if entry is None:
+                    waiting[key] = record
+                else:
+                    entry.update(record)
+                continue
+            entry = None
+            if key:  # the emptiness tests skip lookups in the common lean case (nothing waits)
+                if waiting:
+                    entry = waiting.pop(key, None)
+                if entry is None and done:
+                    entry = done.pop(key, None)
+                if entry is None and pending:
+                    entry = pending.pop(key, None)
+            if entry is not None:
+                entry.update(record)
+                record = entry
+            record.setdefault("status", "open")
+            if key:
+                finished.add(key)
+                done[key] = record
+            else:
+                yield record
+        yield from done.values()
+        pending.update(waiting)
 
     def __iter__(self) -> Iterator[CaptureRecord]:
         return map(CaptureRecord, self.merged())

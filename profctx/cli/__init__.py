@@ -25,11 +25,16 @@ COMMANDS: dict[str, str] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the argument parser with every available subcommand."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Return the argument parser with every available subcommand, or only the module of ``command`` when known.
+
+    A command line that names its subcommand first needs only that module: the others (and
+    what they import) are left unimported, which ``profctx ls`` of a large run notices.
+    """
     parser = argparse.ArgumentParser(prog="profctx", description="Step- and role-aware profiling for RL training.")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module_name in dict.fromkeys(COMMANDS.values()):  # one module may define several subcommands
+    modules = [COMMANDS[command]] if command in COMMANDS else COMMANDS.values()
+    for module_name in dict.fromkeys(modules):  # one module may define several subcommands
         try:
             module = importlib.import_module(module_name)
         except ImportError:  # a subcommand whose module is absent in this build
@@ -40,8 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    given = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(given[0] if given else None)
+    args = parser.parse_args(given)
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help(sys.stderr)

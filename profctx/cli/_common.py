@@ -83,6 +83,32 @@ def stream_run(folder: str, args: argparse.Namespace | None = None, *, run: str 
     ``lean``: see :class:`ManifestReader` (typed fields only).
     Raise :class:`UsageError` as :func:`open_run` does.
     """
+    path, reader = _reader(folder, args, run, lean)
+    if args is None or not _filtering(args):
+        return path, reader, iter(reader)
+    keep = matcher(args)
+    return path, reader, (r for r in reader if keep(r))
+
+
+def stream_merged(folder: str, args: argparse.Namespace, *,
+                  lean: bool = False) -> tuple[Path, ManifestReader, Iterator[dict[str, Any]]]:
+    """Return what :func:`stream_run` returns, the captures as merged raw dicts (see :meth:`ManifestReader.merged`).
+
+    For a caller that reads a few keys of many captures without a typed record each.
+    """
+    path, reader = _reader(folder, args, None, lean)
+    if not _filtering(args):
+        return path, reader, reader.merged()
+    keep = matcher(args)
+    return path, reader, (r for r in reader.merged() if keep(CaptureRecord(r)))
+
+
+def _filtering(args: argparse.Namespace) -> bool:
+    return any(getattr(args, name, None) for name in ("step", "rank", "group", "status", "role"))
+
+
+def _reader(folder: str, args: argparse.Namespace | None, run: str | None,
+            lean: bool) -> tuple[Path, ManifestReader]:
     path = check_folder(folder)
     wanted = run if run is not None else getattr(args, "run", None)
     if wanted == "latest":
@@ -90,13 +116,7 @@ def stream_run(folder: str, args: argparse.Namespace | None = None, *, run: str 
     if wanted is not None and not any(True for _ in ManifestReader(path, wanted).lines()):
         known = runs(list(ManifestReader(path)))
         raise UsageError(f"--run {wanted}: no such run in {folder} (runs: {', '.join(known) or 'none'})")
-    reader = ManifestReader(path, wanted, lean=lean)
-    if args is None:
-        return path, reader, iter(reader)
-    if not any(getattr(args, name, None) for name in ("step", "rank", "group", "status", "role")):
-        return path, reader, iter(reader)
-    keep = matcher(args)
-    return path, reader, (r for r in reader if keep(r))
+    return path, ManifestReader(path, wanted, lean=lean)
 
 
 def open_run(folder: str, args: argparse.Namespace | None = None, *, run: str | None = None) -> Run:
@@ -164,7 +184,9 @@ class Style:
     _STATUS: Final = {"ok": "green", "failed": "red", "skipped": "yellow", "open": "blue", "interrupted": "magenta"}
 
     def __init__(self, stream: TextIO) -> None:
-        self.console = console(stream)
+        # rich takes a stream for a terminal only when it is a tty or the environment says so:
+        # otherwise it is not imported (a tenth of a second of a large listing to a file).
+        self.console = console(stream) if _terminal_possible(stream) else None
         self.enabled = self.console is not None and self.console.is_terminal and not self.console.no_color
 
     def __call__(self, text: str, colour: str) -> str:
@@ -182,6 +204,15 @@ class Style:
         return self(status, self._STATUS.get(status, ""))
 
 
+def _terminal_possible(stream: TextIO) -> bool:
+    if os.environ.get("TTY_COMPATIBLE") == "1" or os.environ.get("FORCE_COLOR"):
+        return True
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or a closed stream: rich says "not a terminal" too
+        return False
+
+
 def console(stream: TextIO) -> Any:
     """Return a ``rich`` console writing to ``stream`` (``NO_COLOR`` and pipes honoured), or ``None``."""
     try:
@@ -192,30 +223,37 @@ def console(stream: TextIO) -> Any:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, right: Iterable[int] = (),
-          paint: Callable[[int, str], str] | None = None) -> str:
+          paint: Callable[[int, str], str] | None = None, skip: int = 0) -> str:
     """Return rows as aligned text columns; ``right`` are right-aligned column indices.
 
     ``paint(column, padded_cell)`` may colour a cell after padding, so escapes never skew widths.
+    ``skip``: how many leading cells of each row are not shown.
     Plain text on purpose: the same bytes on a terminal and in a pipe, easy to ``grep`` and ``awk``.
     """
     aligned_right = set(right)
     widths = [len(h) for h in headers]
     for i in range(len(headers)):
         # map() keeps the loop in C: 100,000-row listings spend noticeable time here otherwise.
-        widths[i] = max(widths[i], max(map(len, map(itemgetter(i), rows)), default=0))
+        widths[i] = max(widths[i], max(map(len, map(itemgetter(i + skip), rows)), default=0))
     if paint is None:
         # One format string for every row: ten times faster than padding cell by cell (100,000-row listings).
-        fmt = "  ".join(f"{{:{'>' if i in aligned_right else '<'}{w}}}" for i, w in enumerate(widths))
-        return "\n".join([fmt.format(*headers).rstrip(), *(fmt.format(*row).rstrip() for row in rows)])
+        fmt = "  ".join(f"{{{i + skip}:{'>' if i in aligned_right else '<'}{w}}}" for i, w in enumerate(widths))
+        head = "  ".join(pad_cell(h, widths[i], i in aligned_right) for i, h in enumerate(headers)).rstrip()
+        return "\n".join([head, *(fmt.format(*row).rstrip() for row in rows)])
 
     def line(cells: Sequence[str], painted: bool) -> str:
         out = []
         for i, cell in enumerate(cells):
-            padded = cell.rjust(widths[i]) if i in aligned_right else cell.ljust(widths[i])
+            padded = pad_cell(cell, widths[i], i in aligned_right)
             out.append(paint(i, padded) if painted else padded)
         return "  ".join(out).rstrip()
 
-    return "\n".join([line(headers, False), *(line(row, True) for row in rows)])
+    return "\n".join([line(headers, False), *(line(row[skip:], True) for row in rows)])
+
+
+def pad_cell(cell: str, width: int, right: bool) -> str:
+    """Return ``cell`` padded with spaces to ``width``, on the left when ``right``."""
+    return cell.rjust(width) if right else cell.ljust(width)
 
 
 class Progress:
@@ -257,27 +295,3 @@ def size(n: float | None) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1000
     return f"{value:.1f} TB"  # pragma: no cover - the loop returns first
-
-
-def seconds(s: float | None) -> str:
-    """Return a duration in seconds as ``850 ms`` or ``2.41 s``, or ``-``."""
-    if s is None:
-        return "-"
-    # round() formats faster than a float format and rounds the same way (half to even).
-    return f"{round(s * 1000)} ms" if s < 1 else f"{s:.2f} s"
-
-
-def steps_text(record: CaptureRecord) -> str:
-    """Return a capture's steps as ``3`` or ``3-5``."""
-    steps = record.steps
-    if not steps:
-        return "-"
-    return str(steps[0]) if len(steps) == 1 else f"{steps[0]}-{steps[-1]}"
-
-
-def source_text(record: CaptureRecord) -> str:
-    """Return what recorded a capture: the backend, or ``engine version`` for engine captures."""
-    if record.is_engine:
-        engine = record.engine or "engine"
-        return f"{engine} {record.version}" if record.version else engine
-    return record.backend or "-"

@@ -6,20 +6,21 @@ import argparse
 import gc
 import json
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from operator import itemgetter
 from typing import Any
 
+from .._listing import GROUPED, UNGROUPED, fast_row, read_index
 from ..manifest import DRIVER, CaptureRecord, ManifestReader
 from ._common import (
     FINDINGS,
     OK,
     Style,
     add_filters,
+    check_folder,
     guarded,
-    seconds,
     size,
-    source_text,
-    steps_text,
+    stream_merged,
     stream_run,
     table,
 )
@@ -52,21 +53,50 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """List the captures of ``args.dir``; return 1 when any listed capture failed."""
-    _, reader, records = stream_run(args.dir, args, lean=not args.json)
     # The loop creates no reference cycles; without this the cyclic collector would walk every
     # row held so far again and again (a quarter of the time of a 100,000-capture listing).
     collecting = gc.isenabled()
     gc.disable()
     try:
         if args.json:
+            _, reader, records = stream_run(args.dir, args)
             return _json(records, reader.damaged)
-        return _table(args, records, reader.damaged)
+        reader, rows = _rows(args)
+        return _table(args, rows, reader.damaged)
     finally:
         if collecting:
             gc.enable()
 
 
-def _table(args: argparse.Namespace, records: Iterator[CaptureRecord], damaged: list[str]) -> int:
+def _rows(args: argparse.Namespace) -> tuple[ManifestReader, Iterator[Sequence[Any]]]:
+    """Return the manifest reader and the rows of the captures to list (see :mod:`profctx._listing`).
+
+    Unfiltered, a shard whose index is up to date is not read: its rows come from the index.
+    """
+    if _filtered(args):
+        _, reader, merged = stream_merged(args.dir, args, lean=True)
+        return reader, map(fast_row, merged)
+    reader = ManifestReader(check_folder(args.dir), lean=True)
+
+    def rows() -> Iterator[Sequence[Any]]:
+        pending: dict[str, dict[str, Any]] = {}
+        finished: set[str] = set()
+        for shard in reader.shards():
+            found = read_index(shard)
+            # Read the shard itself when it finishes a capture started in a shard before it.
+            if found is not None and (not pending or pending.keys().isdisjoint(found[0])):
+                ids, indexed, damaged = found
+                finished.update(ids)
+                reader.damaged.extend(damaged)
+                yield from indexed
+            else:
+                yield from map(fast_row, reader.merge_shard(shard, pending, finished))
+        yield from map(fast_row, reader.still_open(pending, finished))
+
+    return reader, rows()
+
+
+def _table(args: argparse.Namespace, rows_in: Iterable[Sequence[Any]], damaged: list[str]) -> int:
     # Rows are built as records stream in and their cells interned, so a run of 100,000 captures
     # holds one small tuple per capture, not its record.
     cells: dict[str, str] = {}
@@ -79,43 +109,28 @@ def _table(args: argparse.Namespace, records: Iterator[CaptureRecord], damaged: 
     grouped: set[str] = set()
     ungrouped: dict[tuple[str, str | None, int | None], tuple[str, str | None, int | None]] = {}
     files = total = 0
-    failed = False
     intern = cells.setdefault
-    for record in records:
-        status = record.status
-        failed = failed or status == "failed"
+    add_run = runs.add
+    append = rows.append
+    for (begin, order, status, listed, written, run_id, grouping, host, pid,
+         steps, role, who, source, duration, why) in rows_in:
         counts[status] = counts.get(status, 0) + 1
-        listed = record.file_count
         files += listed
-        written = record.bytes
-        total += written or 0
-        run_id = str(record.run)
-        runs.add(run_id)
+        if written:
+            total += written
+        add_run(run_id)
         shown = sizes.get(written)
         if shown is None:
             shown = sizes[written] = size(written)
-        rank = record.rank
         process = None
-        if record.is_engine:
-            replica = record.replica
-            who = f"r{'?' if replica is None else replica}"
-            source = source_text(record)
-        else:
-            group = record.group
-            who = "-" if rank is None else str(rank)
-            if group is None:
-                key = (run_id, record.host, record.pid)
-                process = ungrouped.setdefault(key, key)
-            elif group == DRIVER:
-                who = DRIVER
-            else:
-                who = f"{group}:{who}"
-                grouped.add(run_id)
-            source = record.backend or "-"
-        row = (run_id, steps_text(record), record.role or "step", who, source, status,
-               str(listed), shown if listed else "-", seconds(record.duration_s),
-               note(record) if status != "ok" or record.notes else "")
-        rows.append((record.begin, -1 if rank is None else rank, tuple(map(intern, row, row)), process))
+        if grouping == UNGROUPED:
+            key = (run_id, host, pid)
+            process = ungrouped.setdefault(key, key)
+        elif grouping == GROUPED:
+            grouped.add(run_id)
+        row = (run_id, steps, role, who, source, status, str(listed), shown if listed else "-", duration, why)
+        append((begin, order, tuple(map(intern, row, row)), process))
+    failed = "failed" in counts
     for where in damaged:
         print(f"profctx ls: skipped an unreadable manifest line ({where}), likely cut by a crash", file=sys.stderr)
     if not rows:
@@ -127,7 +142,7 @@ def _table(args: argparse.Namespace, records: Iterator[CaptureRecord], damaged: 
         for index, (begin, order, shown_row, process) in enumerate(rows):
             if process is not None and process in drivers:
                 rows[index] = (begin, order, (*shown_row[:3], DRIVER, *shown_row[4:]), process)
-    rows.sort(key=lambda item: (item[0], item[1]))
+    rows.sort(key=itemgetter(0, 1))
     style = Style(sys.stdout)
     headers = ["RUN", "STEP", "ROLE", "RANK", "SOURCE", "STATUS", "FILES", "SIZE", "DURATION", "NOTE"]
     first = 0 if len(runs) > 1 else 1
@@ -137,8 +152,8 @@ def _table(args: argparse.Namespace, records: Iterator[CaptureRecord], damaged: 
     def paint(column: int, cell: str) -> str:
         return style.status(cell.strip()) + cell[len(cell.strip()):] if column == status_col else cell
 
-    print(table(headers[first:], [row[first:] for _, _, row, _ in rows], right=right,
-                paint=paint if style.enabled else None))
+    print(table(headers[first:], list(map(itemgetter(2), rows)), right=right, paint=paint if style.enabled else None,
+                skip=first))
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     print(style(f"{len(rows)} captures ({summary}), {files} files, {size(total)}", "dim"))
     return FINDINGS if failed else OK
@@ -206,17 +221,3 @@ def _drivers(args: argparse.Namespace) -> set[tuple[str, str | None, int | None]
 
 def _filtered(args: argparse.Namespace) -> bool:
     return any(getattr(args, name, None) for name in ("run", "step", "role", "rank", "group", "status"))
-
-
-def note(record: CaptureRecord) -> str:
-    """Return why a capture is not plainly ok: its reason, error, or notes."""
-    status = record.status
-    if status == "skipped":
-        return record.reason or "skipped"
-    if status == "failed":
-        return record.error or "failed"
-    if status == "open":
-        return "started, never finished (still running, or the process died)"
-    if status == "interrupted":
-        return record.error or record.reason or "interrupted (the process was stopped during the capture)"
-    return "; ".join(record.notes)

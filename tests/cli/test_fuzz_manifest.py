@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from profctx import manifest
+from profctx._listing import fast_row, index_path, typed_row, write_index
 from profctx.cli import main
 
 _KEYS = ["capture", "run", "status", "kind", "steps", "step", "role", "rank", "world_size", "host", "pid", "group",
@@ -72,11 +73,19 @@ def test_no_manifest_content_makes_a_command_raise(data: st.DataObject, lines: l
         else:
             written.append(line)
     (folder / ".profctx").mkdir()
-    (folder / ".profctx" / "fuzz.rank0-of-1.h.1.jsonl").write_bytes(b"\n".join(written))
+    shard = folder / ".profctx" / "fuzz.rank0-of-1.h.1.jsonl"
+    shard.write_bytes(b"\n".join(written))
     for argv in _commands(folder, folder):
         code = main(argv)
         assert code in (0, 1, 2), argv
     capsys.readouterr()
+    # ls reads plain records without a typed record each: the same rows; and the same listing from an index.
+    for raw in manifest.ManifestReader(folder, lean=True).merged():
+        assert fast_row(raw) == typed_row(manifest.CaptureRecord(raw))
+    bare = main(["ls", str(folder)]), capsys.readouterr()
+    if write_index(shard):
+        assert (main(["ls", str(folder)]), capsys.readouterr()) == bare
+        index_path(shard).unlink()
     # ls reads lean (started records that a finished one covers are not parsed): same typed fields.
     full = {r.capture: _typed(r) for r in manifest.ManifestReader(folder)}
     lean = {r.capture: _typed(r) for r in manifest.ManifestReader(folder, lean=True)}
