@@ -470,7 +470,9 @@ class ManifestReader:
                 started.append((index, line))
                 continue
             record = parsed[index] = self._parse(name, index + 1, line)
-            if record is not None and "start_time" in record and record.get("event") != "started":
+            # Only a finished record repeats the started one's keys (a record of another event
+            # may finish the capture too, but then the started one must be read).
+            if record is not None and "start_time" in record and record.get("event") == "finished":
                 key = record.get("capture")
                 if type(key) is str:
                     covered[key] = index

@@ -103,3 +103,18 @@ def _typed(record: manifest.CaptureRecord) -> tuple[Any, ...]:
     return (record.status, record.run, record.kind, record.steps, record.role, record.rank, record.group,
             record.host, record.pid, record.backend, record.engine, record.replica, record.begin, record.files,
             record.bytes, record.duration_s, record.error, record.reason, record.notes)
+
+
+def test_a_started_record_between_two_finishing_ones_is_read_by_the_lean_reader(tmp_path: Path) -> None:
+    # Found by the fuzz test above: a finished record, the capture started again, then a record
+    # of no event (which finishes it too). Only a finished record may stand for the started one.
+    base = {"v": 1, "run": "r", "capture": "c1", "kind": "role", "steps": [1], "role": "a", "start_time": 1.0}
+    records = [{**base, "event": "finished", "status": "ok", "end_time": 2.0},
+               {**base, "event": "started", "start_time": 3.0},
+               {**base, "event": None, "start_time": 3.0}]
+    (tmp_path / ".profctx").mkdir()
+    (tmp_path / ".profctx" / "r.rank0-of-1.h.1.jsonl").write_bytes(
+        b"\n".join(json.dumps(r, separators=(",", ":")).encode() for r in records))
+    full = [_typed(r) for r in manifest.ManifestReader(tmp_path)]
+    lean = [_typed(r) for r in manifest.ManifestReader(tmp_path, lean=True)]
+    assert lean == full and full[0][0] == "open"
