@@ -38,6 +38,13 @@ _WINDOW: Final = 1 << 14
 EVENTS: Final = "traceEvents"
 #: Boundaries tried per buffer before the reader falls back to one value at a time.
 _TRIES: Final = 4
+#: The largest single value the reader looks for the end of: past it the data is damaged (a
+#: trace's values outside the event array, and its events, are far smaller).
+MAX_VALUE: Final = 64 << 20
+#: First bytes of a JSON value.
+_STARTS: Final = frozenset(b'{["-0123456789tfn')
+#: A parse error this close to the end of what was decoded may be a token cut by the buffer's end.
+_TOKEN: Final = 64
 
 _WS: Final = frozenset(b" \t\n\r")
 _DECODER = json.JSONDecoder()
@@ -45,6 +52,10 @@ _DECODER = json.JSONDecoder()
 
 class TraceFormatError(ValueError):
     """Raise when a file is not a Chrome trace, is cut short or is damaged."""
+
+
+class DamagedDataError(ValueError):
+    """Raised inside the reader where the bytes cannot be JSON, however much more is read."""
 
 
 class TraceStream:
@@ -129,7 +140,7 @@ class TraceStream:
         except (EOFError, ValueError) as exc:
             if isinstance(exc, TraceFormatError):
                 raise
-            why = self._damage or f"{type(exc).__name__}: {exc}"
+            why = self._damage or (str(exc) if isinstance(exc, DamagedDataError) else f"{type(exc).__name__}: {exc}")
             raise TraceFormatError(f"{self.path}: {why}") from None
 
     def _array(self) -> Iterator[list[Any]]:
@@ -160,8 +171,12 @@ class TraceStream:
                 return None
             try:
                 batch = _loads(b"[" + buf[start:cut] + b"]")
-            except _ParseError:
-                end = cut - 1
+            except _ParseError as exc:
+                # Try a boundary before where the parse failed (past the "["): a cut inside a
+                # string fails near the cut, damaged data where it is, so valid events before
+                # damage are still read in one parse, not one at a time.
+                where = getattr(exc, "pos", None)
+                end = cut - 1 if type(where) is not int else min(cut - 1, start + max(where - 1, 0))
                 continue
             if not isinstance(batch, list):  # pragma: no cover - "[" ... "]" parses to a list
                 return None
@@ -209,6 +224,13 @@ class TraceStream:
         self._pos = 0
         return True
 
+    def _fill_to(self, held: int) -> bool:
+        """Read until ``held`` bytes are buffered from the position (or the file ends); return whether any were read."""
+        read = False
+        while len(self._buf) - self._pos < held and self._fill():
+            read = True
+        return read
+
     def _peek(self) -> int:
         while True:
             buf, pos = self._buf, self._pos
@@ -222,7 +244,9 @@ class TraceStream:
                 raise EOFError("the file ends before the trace does")
 
     def _value(self) -> Any:
-        self._peek()
+        first = self._peek()
+        if first not in _STARTS:
+            raise DamagedDataError(f"the data is damaged ({bytes([first])!r} cannot start a JSON value)")
         # Decode a window of the buffer, not all of it: most values (a metadata key, one event)
         # are small, and decoding the whole buffer for each cost more than parsing them.
         window = _WINDOW
@@ -231,12 +255,20 @@ class TraceStream:
             text = self._buf[self._pos:self._pos + window].decode("utf-8", "surrogateescape")
             try:
                 value, end = _DECODER.raw_decode(text)
-            except json.JSONDecodeError:
-                # The value may run past the window or the buffer: widen it, or read more.
+            except json.JSONDecodeError as exc:
+                if exc.pos < len(text) - _TOKEN and not exc.msg.startswith("Unterminated string"):
+                    # Not where a cut token (a number, true, false, null) would fail: more data cannot mend it.
+                    raise DamagedDataError(f"the data is damaged ({exc.msg})") from None
+                # The value may run past the window or the buffer: widen it, or read more. A value
+                # that never ends is damage: read ahead doubling what is held (each try decodes it
+                # all), up to MAX_VALUE bytes.
                 if not whole:
                     window *= 8
                     continue
-                if self._fill():
+                held = len(self._buf) - self._pos
+                if held >= MAX_VALUE:
+                    raise DamagedDataError(f"the data is damaged (a value runs over {MAX_VALUE >> 20} MB)") from None
+                if self._fill_to(min(2 * held, MAX_VALUE)):
                     continue
                 raise
             if end == len(text):  # a number at the very end may go on past it
