@@ -454,7 +454,7 @@ def test_a_fresh_import_profctx_loads_no_heavy_module() -> None:
     loaded, result = out.stdout.strip().splitlines()
     modules = ast.literal_eval(loaded)
     assert "profctx._block" in modules and "profctx._decorate" in modules
-    heavy = ("asyncio", "ssl", "torch", "ray", "wrapt", "profctx.engines", "profctx.cli", "logging")
+    heavy = ("asyncio", "ssl", "torch", "ray", "wrapt", "profctx.engines", "profctx.cli", "logging", "json")
     assert [m for m in modules if any(m == h or m.startswith(h + ".") for h in heavy)] == []
     assert result == "None"  # not configured: the call goes straight to the function
 
