@@ -308,7 +308,7 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
             rt = owner.runtime
             parent = SCOPE.get()
             if rt is None or (not rt.deferred and (parent.step if step is None else step) not in rt.in_window
-                              and (step is None or rt.run is None)):
+                              and (step is None or rt.run is None)):  # rt.opens_nothing(...), written out
                 tags = self._tags
                 new = Unfrozen()
                 new.step = parent.step if step is None else step

@@ -286,6 +286,15 @@ class Runtime:
 
     # -- blocks -------------------------------------------------------------------------------
 
+    def opens_nothing(self, step: int | None, sets_step: bool) -> bool:
+        """Whether :meth:`open` would return ``None`` at once, doing nothing, for a block at ``step``.
+
+        Out of the window, no stop pending, and no contiguous run for a step block to close.
+        ``profile_step.__enter__`` writes this test out itself (one Python call less per block):
+        keep the two alike.
+        """
+        return not self.deferred and step not in self.in_window and not (sets_step and self.run is not None)
+
     def role_block(self, context: Capture | None, step: int | None, roles: tuple[str, ...]) -> str | None:
         """Return the range a block that only adds a role draws in ``context``, when that is all it does.
 
