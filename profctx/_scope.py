@@ -99,9 +99,10 @@ class Unfrozen:
     """:class:`Scope`'s layout without its guard: a block fills one in, then makes it a ``Scope``.
 
     Every block entry builds a scope. Filling a guarded ``Scope``'s three slots through their
-    descriptors (its ``__setattr__`` refuses plain assignment) costs about twice as much as
-    plain assignment here followed by one ``__class__`` change (the two classes have the same
-    slots, so CPython allows it).
+    descriptors (its ``__setattr__`` refuses plain assignment) costs about three times as much
+    as plain assignment here followed by one ``__class__`` change (the two classes have the
+    same slots, so CPython allows it; ``tests/test_scope.py`` checks what comes out). Keep the
+    two ``__slots__`` alike.
     """
 
     __slots__ = ("_tags", "roles", "step")
