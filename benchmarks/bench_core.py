@@ -51,6 +51,20 @@ def ns(stmt: str, env: dict[str, Any], number: int, repeat: int) -> float:
     return min(timeit.repeat(stmt, number=number, repeat=repeat, globals=env, timer=time.thread_time)) / number * 1e9
 
 
+def paired(stmt: str, env: dict[str, Any], number: int, repeat: int, base: str = "bare()") -> tuple[float, float]:
+    """Return the best per-execution ns of ``stmt`` and of ``base``, timed in alternation.
+
+    One short run of each per round, ``repeat`` rounds: the load of a shared machine moves
+    within seconds, and a baseline timed a minute apart from what it divides can be off by a
+    third; alternating lets both minima come from the same quiet moments.
+    """
+    best, best_base = float("inf"), float("inf")
+    for _ in range(repeat * 5):
+        best_base = min(best_base, ns(base, env, number * 10, 1))
+        best = min(best, ns(stmt, env, number, 1))
+    return best, best_base
+
+
 def bare() -> int:
     return 1
 
@@ -128,20 +142,18 @@ def off_path(number: int, repeat: int) -> list[Row]:
 
     profctx.reset()
     calls("not configured")
-    base = ns("bare()", env, number, repeat)
-    t = ns("with profile_step(2): pass", env, number // 10, repeat)
+    t, base = paired("with profile_step(2): pass", env, number // 10, repeat)
     rows.append(("`with profile_step(step)`, not configured", t, t / base, "<= 15"))
-    t = ns("with profile_step(role='r'): pass", env, number // 10, repeat)
+    t, base = paired("with profile_step(role='r'): pass", env, number // 10, repeat)
     rows.append(("`with profile_step(role=...)`, not configured", t, t / base, "<= 15"))
 
     with tempfile.TemporaryDirectory() as tmp:
         profctx.configure(steps=[10**6], save_path=tmp, tool="noop", warmup=False)
         with profctx.profile_step(1):  # out of window: ambient scope only
             calls("step out of window")
-            base = ns("bare()", env, number, repeat)
-            t = ns("with profile_step(role='r'): pass", env, number // 10, repeat)
+            t, base = paired("with profile_step(role='r'): pass", env, number // 10, repeat)
             rows.append(("nested `with profile_step(role=...)` in an out-of-window step", t, t / base, "<= 25"))
-        t = ns("with profile_step(2): pass", env, number // 10, repeat)
+        t, base = paired("with profile_step(2): pass", env, number // 10, repeat)
         rows.append(("`with profile_step(step)`, out of window", t, t / base, "<= 25"))
 
         # An in-window step on a rank the config does not select: the gate opens, no switch does.
@@ -433,13 +445,18 @@ def python(code: str) -> str:
     return out.stdout.strip().splitlines()[-1]
 
 
-def wall(code: str, runs: int) -> float:
-    """Best wall time of a fresh interpreter running ``code`` (seconds)."""
-    best = float("inf")
+def wall(*codes: str, runs: int) -> list[float]:
+    """Best wall time of a fresh interpreter running each of ``codes`` (seconds), run in alternation.
+
+    Alternating (rather than all runs of one, then all of the next) keeps the load of a shared
+    machine from favouring one of the codes a difference is taken between.
+    """
+    best = [float("inf")] * len(codes)
     for _ in range(runs):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, env=ENV)
-        best = min(best, time.perf_counter() - t0)
+        for i, code in enumerate(codes):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, env=ENV)
+            best[i] = min(best[i], time.perf_counter() - t0)
     return best
 
 
@@ -497,8 +514,7 @@ t0 = time.perf_counter(); p.start(); print(time.perf_counter() - t0); p.stop()
 def startup(runs: int) -> dict[str, Any]:
     # Write the bytecode caches first.
     subprocess.run([sys.executable, "-c", "import profctx, profctx._wrappers"], check=True, env=ENV)
-    bare_s = wall("pass", runs)
-    imp_s = wall("import profctx", runs)
+    bare_s, imp_s = wall("pass", "import profctx", runs=runs)
     inside_wall, inside_cpu = import_inside(runs * 2)
     out: dict[str, Any] = {"bare": bare_s, "import": imp_s, "inside_wall": inside_wall, "inside_cpu": inside_cpu,
                            "modules": python(MODULES)}

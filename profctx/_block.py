@@ -12,7 +12,7 @@ from ._api import configure_from_environment
 from ._capture import Capture, Range
 from ._owner import OWNER
 from ._runtime import Opened, Runtime
-from ._scope import ROOT, SCOPE, Scope, ambient
+from ._scope import ROOT, SCOPE, Scope, Unfrozen, ambient, merge_tags, role_parts
 
 #: The capture blocks of this task record into (their own, a joined run, or one refused).
 CONTEXT: ContextVar[Capture | None] = ContextVar("profctx.capture", default=None)
@@ -293,21 +293,30 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
 
     def __enter__(self) -> Scope:
         # A held step (a Ray worker inside its driver's step) nests blocks under it: Session does that.
-        if self._entered is None and OWNER.env_read and OWNER.held is None:
+        owner = OWNER
+        if owner.env_read and owner.held is None and self._entered is None:
             step = self._step
             role = self._role
             if (step is not None and (type(step) is not int or step < 0)) or (
                 role is not None and type(role) is not str
             ):
                 check(step, role)  # raises, or lets an int or str subclass through
-            # Nothing can open without a runtime, nor out of the window: only the ambient scope
-            # changes (no Session). Most blocks of a run take this path.
-            rt = OWNER.runtime
+            # Nothing can open without a runtime, nor out of the window when no stop is pending
+            # (``rt.deferred``) and no contiguous run waits for a step block to close it
+            # (``rt.run``): only the ambient scope changes (no Session). Most blocks of a run take
+            # this path, so the test and the child scope are written out here (no Python call).
+            rt = owner.runtime
             parent = SCOPE.get()
-            if rt is None or rt.opens_nothing(parent.step if step is None else step, step is not None):
-                scope = parent.child(step, role, self._tags)
-                self._entered = SCOPE.set(scope)
-                return scope
+            if rt is None or (not rt.deferred and (parent.step if step is None else step) not in rt.in_window
+                              and (step is None or rt.run is None)):  # rt.opens_nothing(...), written out
+                tags = self._tags
+                new = Unfrozen()
+                new.step = parent.step if step is None else step
+                new.roles = parent.roles if role is None else parent.roles + role_parts(role)
+                new._tags = merge_tags(parent._tags, tags) if tags else parent._tags
+                new.__class__ = Scope  # type: ignore[assignment]
+                self._entered = SCOPE.set(new)  # type: ignore[arg-type]
+                return new  # type: ignore[return-value]
             if step is None and role is not None:
                 # A role that opens nothing, or is a range of a live capture: drawn here (no Session).
                 scope = parent.child(None, role, self._tags)
@@ -345,7 +354,9 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
         entered = self._entered
         self._entered = None
         kind = type(entered)
-        if kind is Session:
+        if kind is Token:  # entered without opening anything: most blocks
+            SCOPE.reset(entered)  # type: ignore[arg-type]
+        elif kind is Session:
             tokens, self._tokens = self._tokens, None
             entered.finish(tokens, in_flight=exc_type is not None)  # type: ignore[union-attr]
         elif kind is tuple:  # a range in a live capture
@@ -358,10 +369,8 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
                         capture.close_range(entry)  # type: ignore[union-attr]
                 finally:
                     OWNER.close_gate(self)
-        elif entered is None:
+        else:
             raise RuntimeError("a profile_step object was exited without being entered")
-        else:  # entered without opening anything
-            SCOPE.reset(entered)  # type: ignore[arg-type]
 
     async def __aenter__(self) -> Scope:
         session = self._new()

@@ -9,7 +9,6 @@ later keys winning. Records are built here and nowhere else (:func:`capture_reco
 from __future__ import annotations
 
 import errno
-import json
 import os
 import threading
 import time
@@ -18,7 +17,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final, Literal, TypedDict
 
-from . import manifest
 from ._identity import Identity
 from ._layout import MANIFEST_DIR, safe
 from ._listing import write_index
@@ -182,6 +180,8 @@ class ManifestWriter:
 
     def write(self, record: Mapping[str, Any]) -> bool:
         """Append ``record`` as one JSON line (:meth:`envelope` it first); return whether it is on disk."""
+        import json  # here, not at import profctx (most processes write no manifest)
+
         line = (json.dumps(record, default=str, separators=(",", ":")) + "\n").encode()
         with self._lock:
             self._pending.append(line)
@@ -266,6 +266,8 @@ def iter_records(save_path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     A line that does not parse (a shard cut short by a crash) is skipped. Delegates to
     :class:`profctx.manifest.ManifestReader`.
     """
+    from . import manifest  # the reader (and json): imported by the first read, not by import profctx
+
     return manifest.ManifestReader(save_path).lines()
 
 
@@ -276,6 +278,8 @@ def read(save_path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     (still running, or its process died). Delegates to :class:`profctx.manifest.ManifestReader`;
     :func:`profctx.manifest.read` returns typed records instead.
     """
+    from . import manifest
+
     merged = list(manifest.ManifestReader(save_path).merged())
     return sorted(merged, key=_order)
 

@@ -2,8 +2,9 @@
 
 No I/O, no globals, no clocks. The runtime (``_runtime``) executes the :class:`Actions` this
 module returns; the nsys range count, the engine role match, the CLI role filter and the
-oracle users property-test their loops with (``profctx.testing.expected_captures``) all come
-from here, so decision and effect cannot drift apart.
+oracle users property-test their loops with (``profctx.testing.expected_captures``, in
+``_oracle``, which executes :func:`decide`) all come from here, so decision and effect cannot
+drift apart.
 
 Modelled on torch.profiler's ``schedule -> ProfilerAction -> action_map``: a block's entry is
 an event, the plan answers with actions, and the block's exit undoes exactly those actions.
@@ -12,8 +13,8 @@ an event, the plan answers with actions, and the block's exit undoes exactly tho
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, final
 
 from ._window import StepWindow
@@ -105,7 +106,6 @@ class CaptureKey:
 
 
 @final
-@dataclass(frozen=True)
 class Enter:
     """A block is entered.
 
@@ -113,19 +113,27 @@ class Enter:
     sets. ``context``: what the enclosing blocks of this task hold — ``None`` (no capture),
     ``"live"`` (ranges can go to a live capture) or ``"dead"`` (a capture that is not
     recording: skipped with no live owner, failed or stopped). ``run``: the steps of the
-    contiguous capture open in this process, if any.
+    contiguous capture open in this process, if any. Not changed once built.
     """
 
-    step: int | None
-    roles: tuple[str, ...] = ()
-    sets_step: bool = False
-    sets_role: bool = False
-    context: Literal["live", "dead"] | None = None
-    run: tuple[int, ...] | None = None
+    __slots__ = ("context", "roles", "run", "sets_role", "sets_step", "step")
+
+    def __init__(self, step: int | None, roles: tuple[str, ...] = (), sets_step: bool = False,
+                 sets_role: bool = False, context: Literal["live", "dead"] | None = None,
+                 run: tuple[int, ...] | None = None) -> None:
+        self.step = step
+        self.roles = roles
+        self.sets_step = sets_step
+        self.sets_role = sets_role
+        self.context = context
+        self.run = run
+
+    def __repr__(self) -> str:
+        return (f"Enter(step={self.step!r}, roles={self.roles!r}, sets_step={self.sets_step!r}, "
+                f"sets_role={self.sets_role!r}, context={self.context!r}, run={self.run!r})")
 
 
 @final
-@dataclass(frozen=True)
 class Actions:
     """What the runtime does for one block, and undoes at its exit.
 
@@ -136,18 +144,40 @@ class Actions:
     engines), ``workers`` (tell the driver's worker groups the step began: every in-window step
     block, whatever this process itself captures). At exit, in reverse: workers leave the step,
     engines stop, ranges close, the opened capture ends (``close_run_at_exit``: the contiguous
-    capture ends with this block).
+    capture ends with this block). Equal when every field is; not changed once built (the runtime
+    memoises them).
     """
 
-    close_run: bool = False
-    open: CaptureKey | None = None
-    keep_run: bool = False
-    join_run: bool = False
-    close_run_at_exit: bool = False
-    marker: str | None = None
-    ranges: tuple[str, ...] = ()
-    engines: bool = False
-    workers: bool = False
+    __slots__ = ("close_run", "close_run_at_exit", "engines", "join_run", "keep_run", "marker", "open", "ranges",
+                 "workers")
+
+    def __init__(self, *, close_run: bool = False, open: CaptureKey | None = None, keep_run: bool = False,
+                 join_run: bool = False, close_run_at_exit: bool = False, marker: str | None = None,
+                 ranges: tuple[str, ...] = (), engines: bool = False, workers: bool = False) -> None:
+        self.close_run = close_run
+        self.open = open
+        self.keep_run = keep_run
+        self.join_run = join_run
+        self.close_run_at_exit = close_run_at_exit
+        self.marker = marker
+        self.ranges = ranges
+        self.engines = engines
+        self.workers = workers
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.close_run, self.open, self.keep_run, self.join_run, self.close_run_at_exit, self.marker,
+                self.ranges, self.engines, self.workers)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Actions) and self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        names = ("close_run", "open", "keep_run", "join_run", "close_run_at_exit", "marker", "ranges", "engines",
+                 "workers")
+        return "Actions(" + ", ".join(f"{n}={v!r}" for n, v in zip(names, self._fields(), strict=True)) + ")"
 
 
 #: The block does nothing (outside the window, or nothing selected).
@@ -217,153 +247,3 @@ def decide(policy: Policy, event: Enter) -> Actions:
         ranges=tuple(ranges),
         engines=engines,
     )
-
-
-# -- the oracle: what a sequential loop captures ----------------------------------------------
-
-
-@final
-@dataclass(frozen=True)
-class RoleBlock:
-    """A role block and the blocks nested inside it, in the order a step enters them."""
-
-    role: str
-    children: tuple[RoleBlock, ...] = ()
-
-    def paths(self, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-        """Return the role path of this block and of every nested block, in entry order."""
-        here = (*prefix, self.role)
-        out = [here]
-        for child in self.children:
-            out.extend(child.paths(here))
-        return out
-
-
-@dataclass
-class Expected:
-    """One capture a sequential loop makes: what it covers, whether it records, its ranges in order."""
-
-    key: CaptureKey
-    status: Literal["ok", "skipped"] = "ok"
-    ranges: list[str] = field(default_factory=list)
-    markers: list[str] = field(default_factory=list)
-
-    @property
-    def steps(self) -> tuple[int, ...]:
-        """The steps the capture covers."""
-        return self.key.steps
-
-    @property
-    def role(self) -> str | None:
-        """The role path of a role capture (``None`` for a step capture)."""
-        return "/".join(self.key.roles) or None
-
-
-def simulate(policy: Policy, steps: Iterable[int], blocks: Sequence[RoleBlock] = ()) -> list[Expected]:
-    """Return the captures a one-threaded loop makes: ``for step in steps: with profile_step(step): blocks``.
-
-    Each step enters ``blocks`` (role blocks, nested as given) one after another. Steps may
-    repeat or skip (a retried or resumed step). This is the plan executed with no profiler:
-    the runtime must produce exactly these captures (a property the test suite checks).
-    """
-    captures: list[Expected] = []
-    run: Expected | None = None
-    live: Expected | None = None  # the process's one recording capture
-
-    def open_capture(key: CaptureKey) -> Expected:
-        nonlocal live
-        capture = Expected(key, "ok" if live is None else "skipped")
-        captures.append(capture)
-        if live is None:
-            live = capture
-        return capture
-
-    def close(capture: Expected | None) -> None:
-        nonlocal live
-        if capture is not None and capture is live:
-            live = None
-
-    def enter(event: Enter, target: Expected | None) -> tuple[Expected | None, Expected | None, Actions]:
-        """Enter a block; return the capture its ranges go to and the one it owns."""
-        nonlocal run
-        actions = decide(policy, event)
-        if actions.close_run and run is not None:
-            close(run)
-            run = None
-        owned: Expected | None = None
-        if actions.join_run:
-            target = run
-        if actions.open is not None:
-            capture = open_capture(actions.open)
-            if actions.keep_run:
-                run = capture if capture.status == "ok" else None
-            else:
-                owned = capture
-            target = capture if capture.status == "ok" else live
-            if capture.status != "ok" and actions.keep_run:
-                target = live
-        if target is not None and target is live:
-            if actions.marker is not None:
-                refused = actions.open is not None and captures[-1] is not target
-                if refused and actions.open is not None and actions.open.kind == "role":
-                    target.ranges.append(actions.marker)
-                else:
-                    target.markers.append(actions.marker)
-            target.ranges.extend(actions.ranges)
-        return target, owned, actions
-
-    def context_of(target: Expected | None) -> Literal["live", "dead"] | None:
-        if target is None:
-            return None
-        return "live" if target is live else "dead"
-
-    def walk(block: RoleBlock, step: int, parent: tuple[str, ...], target: Expected | None) -> None:
-        roles = (*parent, block.role)
-        event = Enter(step, roles, sets_step=False, sets_role=True, context=context_of(target),
-                      run=run.steps if run is not None else None)
-        inner, owned, _ = enter(event, target)
-        for child in block.children:
-            walk(child, step, roles, inner)
-        close(owned)
-
-    for step in steps:
-        event = Enter(step, (), sets_step=True, context=None, run=run.steps if run is not None else None)
-        target, owned, actions = enter(event, None)
-        for block in blocks:
-            walk(block, step, (), target)
-        close(owned)
-        if actions.close_run_at_exit and run is not None:
-            close(run)
-            run = None
-    if run is not None:
-        close(run)
-    return captures
-
-
-def blocks_of(paths: Iterable[str]) -> tuple[RoleBlock, ...]:
-    """Return the role blocks a step enters, from role paths in entry order.
-
-    ``["rollout", "train", "train/actor_update"]`` is ``rollout``, then ``train`` with
-    ``actor_update`` nested in it; a path's parents are created where missing.
-    """
-    roots: list[tuple[str, list[Any]]] = []
-
-    def place(parts: list[str], level: list[tuple[str, list[Any]]]) -> None:
-        if not parts:
-            return
-        head = parts[0]
-        for name, children in reversed(level):
-            if name == head:
-                place(parts[1:], children)
-                return
-        fresh: list[Any] = []
-        level.append((head, fresh))
-        place(parts[1:], fresh)
-
-    for path in paths:
-        place([p for p in path.split("/") if p], roots)
-
-    def build(level: list[tuple[str, list[Any]]]) -> tuple[RoleBlock, ...]:
-        return tuple(RoleBlock(name, build(children)) for name, children in level)
-
-    return build(roots)

@@ -8,12 +8,9 @@ with no configuration of its own configures itself from the one carried along.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextvars
 import functools
 import itertools
-import json
 import os
 from collections.abc import Callable, Mapping, MutableMapping
 from contextvars import Token
@@ -176,6 +173,8 @@ def inject(
     ``"headers"`` (``profctx-context``, base64 JSON). Default: ``"env"`` for ``os.environ``,
     else ``"dict"``. ``rank`` / ``world_size`` set the receiver's identity when known.
     """
+    import json  # json and base64: imported by the first carrier that needs them, not by import profctx
+
     data = snapshot(rank=rank, world_size=world_size)
     kind = _kind(carrier, kind)
     if kind == "dict":
@@ -183,6 +182,8 @@ def inject(
     elif kind == "env":
         carrier[ENV_VAR] = json.dumps(data, separators=(",", ":"), default=str)
     else:
+        import base64
+
         raw = json.dumps(data, separators=(",", ":"), default=str).encode()
         carrier[HEADER] = base64.urlsafe_b64encode(raw).decode("ascii")
     return carrier
@@ -194,6 +195,8 @@ def extract(carrier: Mapping[str, Any], kind: Carrier | None = None) -> dict[str
     A snapshot that cannot be read or has another version is logged once as an error and
     gives ``None``: the caller proceeds unprofiled.
     """
+    import json
+
     kind = _kind(carrier, kind)
     raw: Any
     if kind == "dict":
@@ -213,6 +216,9 @@ def extract(carrier: Mapping[str, Any], kind: Carrier | None = None) -> dict[str
         text = next((v for k, v in carrier.items() if str(k).lower() == HEADER), None)
         if not text:
             return None
+        import base64
+        import binascii
+
         try:
             raw = json.loads(base64.urlsafe_b64decode(str(text).encode("ascii")))
         except (ValueError, binascii.Error, UnicodeError) as exc:

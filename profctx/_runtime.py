@@ -200,7 +200,8 @@ class Runtime:
         self.owner = owner
         self.config = config
         self.window = config.steps or StepWindow()
-        self._steps = frozenset(self.window.steps)  # a C-level membership test for opens_nothing()
+        #: The window's steps: a C-level membership test for the blocks that open nothing (``_block``).
+        self.in_window = frozenset(self.window.steps)
         self.tool, self.tool_note = choose_tool(config.tool)
         if self.tool_note is not None:
             logger.info("profctx: %s", self.tool_note)
@@ -223,7 +224,7 @@ class Runtime:
         self._lock = threading.RLock()
         #: The native-capture token: its one key 'holder' is set while a capture holds the profiler.
         self._token: dict[str, Capture] = {}
-        self._deferred: list[Capture] = []
+        self.deferred: list[Capture] = []
         self._seq = itertools.count(1)
         self._spans = Spans()
         self._policies: dict[bool, Policy] = {}
@@ -288,11 +289,11 @@ class Runtime:
     def opens_nothing(self, step: int | None, sets_step: bool) -> bool:
         """Whether :meth:`open` would return ``None`` at once, doing nothing, for a block at ``step``.
 
-        ``profile_step`` then only sets the ambient scope (no ``Session``): the common case of
-        blocks out of the window.
+        Out of the window, no stop pending, and no contiguous run for a step block to close.
+        ``profile_step.__enter__`` writes this test out itself (one Python call less per block):
+        keep the two alike.
         """
-        return (not self._deferred and (step is None or step not in self._steps)
-                and not (sets_step and self.run is not None))
+        return not self.deferred and step not in self.in_window and not (sets_step and self.run is not None)
 
     def role_block(self, context: Capture | None, step: int | None, roles: tuple[str, ...]) -> str | None:
         """Return the range a block that only adds a role draws in ``context``, when that is all it does.
@@ -305,7 +306,7 @@ class Runtime:
         for blocks that set a step), so it is memoised by path and context; the rank
         (microseconds to resolve) is looked at only where the two answers differ.
         """
-        if self._deferred or step not in self._steps:
+        if self.deferred or step not in self.in_window:
             return None
         if context is None:
             state = None
@@ -335,7 +336,7 @@ class Runtime:
 
         ``context``: the capture enclosing blocks of this task record into (or were refused).
         """
-        if self._deferred:
+        if self.deferred:
             self.stop_deferred()
         step = scope.step
         if step is None or step not in self.window:
@@ -470,15 +471,15 @@ class Runtime:
     def defer_stop(self, capture: Capture) -> None:
         """Stop ``capture`` at the next block its own thread enters or leaves (see :meth:`Capture.end`)."""
         with self._lock:
-            if capture not in self._deferred:
-                self._deferred.append(capture)
+            if capture not in self.deferred:
+                self.deferred.append(capture)
 
     def stop_deferred(self) -> None:
         """Stop the deferred captures started by the calling thread."""
         me = threading.get_ident()
         with self._lock:
-            mine = [c for c in self._deferred if c.thread == me]
-            self._deferred = [c for c in self._deferred if c.thread != me]
+            mine = [c for c in self.deferred if c.thread == me]
+            self.deferred = [c for c in self.deferred if c.thread != me]
         for capture in mine:
             capture.end(in_flight=True)
 
@@ -561,9 +562,9 @@ class Runtime:
         """
         me = threading.get_ident()
         with self._lock:
-            run, holder, deferred = self.run, self.holder(), list(self._deferred)
+            run, holder, deferred = self.run, self.holder(), list(self.deferred)
             self.run = None
-            self._deferred = []
+            self.deferred = []
         for capture in {id(c): c for c in (run, holder, *deferred) if c is not None}.values():
             if capture.thread == me:
                 capture.end(in_flight=True)

@@ -57,16 +57,14 @@ class Scope:
     def child(self, step: int | None, role: str | None, tags: Mapping[str, Any]) -> Scope:
         """Return the scope of a nested block that sets ``step``, adds ``role`` and merges ``tags``.
 
-        Runs on every block entry: the slots are set directly and a role name is split once.
+        Raises ``ValueError`` for an empty role (``""``, ``"/"``).
         """
-        new = _NEW(Scope)
-        _SET_STEP(new, self.step if step is None else step)
-        if role is None:
-            _SET_ROLES(new, self.roles)
-        else:
-            _SET_ROLES(new, self.roles + _split_cached(role))
-        _SET_TAGS(new, tuple(sorted({**dict(self._tags), **tags}.items())) if tags else self._tags)
-        return new
+        new = Unfrozen()
+        new.step = self.step if step is None else step
+        new.roles = self.roles if role is None else self.roles + role_parts(role)
+        new._tags = merge_tags(self._tags, tags) if tags else self._tags
+        new.__class__ = Scope  # type: ignore[assignment]
+        return new  # type: ignore[return-value]
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-safe dict (``step``, ``roles``, ``tags``)."""
@@ -97,11 +95,32 @@ class Scope:
         return f"Scope(step={self.step!r}, roles={self.roles!r}, tags={dict(self._tags)!r})"
 
 
-# The slots' own setters: about 3x cheaper than object.__setattr__ by name, on every block entry.
+class Unfrozen:
+    """:class:`Scope`'s layout without its guard: a block fills one in, then makes it a ``Scope``.
+
+    Every block entry builds a scope. Filling a guarded ``Scope``'s three slots through their
+    descriptors (its ``__setattr__`` refuses plain assignment) costs about three times as much
+    as plain assignment here followed by one ``__class__`` change (the two classes have the
+    same slots, so CPython allows it; ``tests/test_scope.py`` checks what comes out). Keep the
+    two ``__slots__`` alike.
+    """
+
+    __slots__ = ("_tags", "roles", "step")
+
+    step: int | None
+    roles: tuple[str, ...]
+    _tags: tuple[tuple[str, Any], ...]
+
+
+def merge_tags(base: tuple[tuple[str, Any], ...], tags: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """Return ``base`` (a scope's sorted tag pairs) updated with ``tags``, sorted."""
+    return tuple(sorted({**dict(base), **tags}.items()))
+
+
+# The slots' own setters, for the public constructor (a ``Scope`` refuses plain assignment).
 _SET_STEP = Scope.__dict__["step"].__set__
 _SET_ROLES = Scope.__dict__["roles"].__set__
 _SET_TAGS = Scope.__dict__["_tags"].__set__
-_NEW = object.__new__
 
 
 def _init(scope: Scope, step: int | None, roles: tuple[str, ...], tags: tuple[tuple[str, Any], ...]) -> None:
@@ -134,7 +153,7 @@ def split_role(role: str) -> tuple[str, ...]:
 
 
 #: :func:`split_role` memoised (a pure function; programs use a handful of role names).
-_split_cached = functools.lru_cache(maxsize=1024)(split_role)
+role_parts = functools.lru_cache(maxsize=1024)(split_role)
 
 
 ROOT = Scope()
@@ -156,6 +175,9 @@ def ambient(scope: Scope) -> Scope:
     if held is None or scope.step is not None:
         return scope
     base: Scope = held.scope
-    new = Scope.__new__(Scope)
-    _init(new, base.step, scope.roles, tuple(sorted({**dict(base._tags), **dict(scope._tags)}.items())))
-    return new
+    new = Unfrozen()
+    new.step = base.step
+    new.roles = scope.roles
+    new._tags = merge_tags(base._tags, dict(scope._tags))
+    new.__class__ = Scope  # type: ignore[assignment]
+    return new  # type: ignore[return-value]

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from pathlib import Path
+
+import pytest
 
 import profctx
 from profctx import Scope
@@ -62,3 +65,28 @@ def test_inner_step_overrides_and_restores() -> None:
         with profctx.profile_step(2):
             assert profctx.current().step == 2 and profctx.current().path == "a"
         assert profctx.current().step == 1
+
+
+def _check_block_scopes() -> None:
+    with profctx.profile_step(7, run="a") as outer, profctx.profile_step(role="train/fwd", k=1) as inner:
+        expected = ((outer, Scope(7, (), {"run": "a"})), (inner, Scope(7, ("train", "fwd"), {"run": "a", "k": 1})))
+        for scope, same in expected:
+            assert type(scope) is Scope and isinstance(scope, Scope)
+            assert scope == same and hash(scope) == hash(same) and repr(scope) == repr(same)
+            for name in ("step", "roles", "new"):
+                with pytest.raises(AttributeError, match="immutable"):
+                    setattr(scope, name, 1)
+        assert profctx.current() is inner
+        with profctx.profile_step(role="x") as plain:
+            assert plain == Scope(7, ("train", "fwd", "x"), {"run": "a", "k": 1})
+    with pytest.raises(ValueError, match="role"), profctx.profile_step(role="/"):
+        pass
+    assert profctx.current() == Scope()
+
+
+def test_scopes_of_blocks_that_open_nothing_are_scope_values(tmp_path: Path) -> None:
+    # Not configured, then configured with the block's step out of the window: the scope a
+    # block hands out and makes ambient is a real, frozen Scope equal to the one constructed.
+    _check_block_scopes()
+    profctx.configure(steps=[1000], save_path=str(tmp_path), tool="noop", warmup=False)
+    _check_block_scopes()

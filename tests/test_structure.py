@@ -454,9 +454,35 @@ def test_a_fresh_import_profctx_loads_no_heavy_module() -> None:
     loaded, result = out.stdout.strip().splitlines()
     modules = ast.literal_eval(loaded)
     assert "profctx._block" in modules and "profctx._decorate" in modules
-    heavy = ("asyncio", "ssl", "torch", "ray", "wrapt", "profctx.engines", "profctx.cli")
+    heavy = ("asyncio", "ssl", "torch", "ray", "wrapt", "profctx.engines", "profctx.cli", "logging", "json")
     assert [m for m in modules if any(m == h or m.startswith(h + ".") for h in heavy)] == []
     assert result == "None"  # not configured: the call goes straight to the function
+
+
+def test_logging_waits_for_the_first_message() -> None:
+    # `import profctx` leaves `logging` out (several ms); the first message still reaches the
+    # "profctx" logger, at the level asked for, and a warning keyed once goes to DEBUG the second time.
+    code = ("import sys\n"
+            "import profctx\n"
+            "from profctx import _log\n"
+            "print('logging' in sys.modules)\n"
+            "import logging\n"
+            "seen = []\n"
+            "class Keep(logging.Handler):\n"
+            "    def emit(self, record):\n"
+            "        seen.append((record.name, record.levelname, record.getMessage()))\n"
+            "logging.getLogger('profctx').addHandler(Keep())\n"
+            "logging.getLogger('profctx').setLevel(logging.DEBUG)\n"
+            "_log.warn_once('k', 'first %s', 1)\n"
+            "_log.warn_once('k', 'again %s', 2)\n"
+            "_log.logger.error('bad %d', 3)\n"
+            "print(seen)\n")
+    env = {"PYTHONPATH": str(PACKAGE.parent), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    loaded, seen = out.stdout.strip().splitlines()
+    assert loaded == "False"
+    assert ast.literal_eval(seen) == [("profctx", "WARNING", "first 1"), ("profctx", "DEBUG", "again 2"),
+                                      ("profctx", "ERROR", "bad 3")]
 
 
 def test_no_module_import_profctx_loads_imports_heavy_modules() -> None:

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 from .._errors import ConfigError, one_of
 from .._layout import temporary
 from .._log import warn_once
-from .._plan import Policy, blocks_of, simulate
+from .._oracle import blocks_of, simulate
+from .._plan import Policy
 from ._base import CaptureSpec, Finish
 
 if TYPE_CHECKING:

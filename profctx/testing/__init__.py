@@ -17,8 +17,9 @@ from typing import Any
 from .. import _api
 from .._block import profile_step
 from .._config import ProfilerConfig, load
+from .._oracle import Expected, RoleBlock, simulate
 from .._owner import OWNER
-from .._plan import CaptureKey, Expected, Policy, RoleBlock, simulate
+from .._plan import CaptureKey, Policy
 from ._recording import RecordedCapture, RecordingBackend
 
 __all__ = [

@@ -16,7 +16,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from .._plan import RoleBlock
+from .._oracle import RoleBlock
 from .._window import StepWindow
 
 __all__ = [
