@@ -66,6 +66,10 @@ class Scope:
         new.__class__ = Scope  # type: ignore[assignment]
         return new  # type: ignore[return-value]
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickle, copy and deepcopy: through the constructor (the slots refuse assignment).
+        return Scope, (self.step, self.roles, dict(self._tags))
+
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-safe dict (``step``, ``roles``, ``tags``)."""
         return {"step": self.step, "roles": list(self.roles), "tags": dict(self._tags)}

@@ -90,3 +90,16 @@ def test_scopes_of_blocks_that_open_nothing_are_scope_values(tmp_path: Path) -> 
     _check_block_scopes()
     profctx.configure(steps=[1000], save_path=str(tmp_path), tool="noop", warmup=False)
     _check_block_scopes()
+
+
+def test_a_scope_pickles_and_copies_as_an_equal_frozen_scope() -> None:
+    import copy
+    import pickle
+
+    with profctx.profile_step(3, role="train/update", seed=7) as scope:
+        pass
+    for twin in (pickle.loads(pickle.dumps(scope)), copy.copy(scope), copy.deepcopy(scope)):
+        assert twin == scope and hash(twin) == hash(scope) and type(twin) is Scope
+        assert (twin.step, twin.roles, dict(twin.tags)) == (3, ("train", "update"), {"seed": 7})
+        with pytest.raises(AttributeError):
+            twin.step = 4  # type: ignore[misc]
