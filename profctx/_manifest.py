@@ -19,7 +19,6 @@ from typing import Any, Final, Literal, TypedDict
 
 from ._identity import Identity
 from ._layout import MANIFEST_DIR, safe
-from ._listing import write_index
 from ._log import logger, warn_once
 
 #: Version of the record format; readers accept records of this version or lower.
@@ -256,7 +255,13 @@ class ManifestWriter:
                 os.close(self._fd)
                 self._fd = None
                 if ok:
-                    write_index(self.path)
+                    try:
+                        from ._listing import write_index  # the reader and json: not at import profctx
+
+                        write_index(self.path)
+                    except Exception as exc:  # noqa: BLE001 - the index is a cache: it never fails a close
+                        warn_once("listing-index", "profctx: could not write the listing index of %s: %s",
+                                  self.path, exc)
             return ok
 
 
