@@ -88,19 +88,21 @@ def typed_row(record: CaptureRecord) -> Row:
         who = f"r{'?' if replica is None else replica}"
         source = source_text(record)
     else:
-        group = record.group
-        who = "-" if rank is None else str(rank)
-        if group is None:
-            grouping = UNGROUPED
-        elif group == DRIVER:
-            who = DRIVER
-        else:
-            who = f"{group}:{who}"
-            grouping = GROUPED
+        who, grouping = _who(record.group, rank)
         source = record.backend or "-"
     return (record.begin, -1 if rank is None else rank, status, record.file_count, record.bytes, str(record.run),
             grouping, record.host, record.pid, steps_text(record), record.role or "step", who, source,
             seconds(record.duration_s), note(record) if status != "ok" or record.notes else "")
+
+
+def _who(group: str | None, rank: int | None) -> tuple[str, int]:
+    """Return the cell naming a non-engine process (``3``, ``actor:3``, ``driver``) and its grouping."""
+    who = "-" if rank is None else str(rank)
+    if group is None:
+        return who, UNGROUPED
+    if group == DRIVER:
+        return DRIVER, NO_GROUP
+    return f"{group}:{who}", GROUPED
 
 
 def fast_row(raw: dict[str, Any]) -> Row:
@@ -130,15 +132,7 @@ def fast_row(raw: dict[str, Any]) -> Row:
     for entry in files:
         if (type(entry) is dict and type(entry.get("path")) is str) or type(entry) is str:
             listed += 1
-    grouping = NO_GROUP
-    who = "-" if rank is None else str(rank)
-    if group is None:
-        grouping = UNGROUPED
-    elif group == DRIVER:
-        who = DRIVER
-    else:
-        who = f"{group}:{who}"
-        grouping = GROUPED
+    who, grouping = _who(group, rank)
     return (begin, -1 if rank is None else rank, "ok", listed, written if type(written) is int else None, run,
             grouping, host, pid if type(pid) is int else None, str(steps[0]), role or "step", who, backend or "-",
             seconds(duration), "")
