@@ -500,8 +500,6 @@ class _Mapper:
         if self._plain(events):
             return events
         shift = self.shift_us or 0.0
-        id_high = self.index << _ID_BITS
-        prefix = f"c{self.index}:"
         kept = []
         pids = self.pids
         for event in events:
@@ -533,12 +531,7 @@ class _Mapper:
                     if type(ts) is float or type(ts) is int:
                         event["ts"] = round(ts + shift, 3)
             if phase in _ID_PHASES:
-                for id_key in ("id", "bind_id"):
-                    value = event.get(id_key)
-                    if type(value) is int:
-                        event[id_key] = id_high | (value & _ID_MASK)
-                    elif type(value) is str:
-                        event[id_key] = prefix + value
+                self._flow_ids(event)
             kept.append(event)
         return kept
 
@@ -573,17 +566,19 @@ class _Mapper:
             if number not in threads:
                 threads[number] = number
         if not _ID_PHASES.isdisjoint(phases):
-            id_high = self.index << _ID_BITS
-            prefix = f"c{self.index}:"
             for event in events:
                 if event["ph"] in _ID_PHASES:
-                    for id_key in ("id", "bind_id"):
-                        value = event.get(id_key)
-                        if type(value) is int:
-                            event[id_key] = id_high | (value & _ID_MASK)
-                        elif type(value) is str:
-                            event[id_key] = prefix + value
+                    self._flow_ids(event)
         return True
+
+    def _flow_ids(self, event: dict[str, Any]) -> None:
+        """Make a flow event's ids unique to this input: ints get its index in the high bits, strings a prefix."""
+        for id_key in ("id", "bind_id"):
+            value = event.get(id_key)
+            if type(value) is int:
+                event[id_key] = (self.index << _ID_BITS) | (value & _ID_MASK)
+            elif type(value) is str:
+                event[id_key] = f"c{self.index}:{value}"
 
     def _slow(self, event: dict[str, Any], original: Any) -> _Process | None:
         """Rewrite an event of a pid not seen yet, or of one of torch's string pseudo-processes."""
