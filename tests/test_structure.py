@@ -438,6 +438,13 @@ def test_import_profctx_stays_light() -> None:
     assert [m for m in added if _heavy(m)] == []
 
 
+def _fresh(code: str) -> list[str]:
+    """Run ``code`` in a fresh interpreter that imports this checkout's profctx; return its output lines."""
+    env = {"PYTHONPATH": str(PACKAGE.parent), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    return out.stdout.strip().splitlines()
+
+
 def test_a_fresh_import_profctx_loads_no_heavy_module() -> None:
     # Nothing imported first: what a user's `import profctx` costs. wrapt (which imports asyncio
     # and ssl) waits for the first @profiled, and the decorator still works then.
@@ -449,9 +456,7 @@ def test_a_fresh_import_profctx_loads_no_heavy_module() -> None:
             "    return profctx.current().role\n"
             "with profctx.profile_step(1):\n"
             "    print(f())\n")
-    env = {"PYTHONPATH": str(PACKAGE.parent), "PATH": "/usr/bin:/bin"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    loaded, result = out.stdout.strip().splitlines()
+    loaded, result = _fresh(code)
     modules = ast.literal_eval(loaded)
     assert "profctx._block" in modules and "profctx._decorate" in modules
     heavy = ("asyncio", "ssl", "torch", "ray", "wrapt", "profctx.engines", "profctx.cli", "logging", "json")
@@ -477,9 +482,7 @@ def test_logging_waits_for_the_first_message() -> None:
             "_log.warn_once('k', 'again %s', 2)\n"
             "_log.logger.error('bad %d', 3)\n"
             "print(seen)\n")
-    env = {"PYTHONPATH": str(PACKAGE.parent), "PATH": "/usr/bin:/bin"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    loaded, seen = out.stdout.strip().splitlines()
+    loaded, seen = _fresh(code)
     assert loaded == "False"
     assert ast.literal_eval(seen) == [("profctx", "WARNING", "first 1"), ("profctx", "DEBUG", "again 2"),
                                       ("profctx", "ERROR", "bad 3")]
