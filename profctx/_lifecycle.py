@@ -63,23 +63,23 @@ def uninstall() -> None:
     _EXIT.previous = None
 
 
-def release_workers() -> None:
-    """Tell the step hooks (a Ray driver's worker groups) that the step they are in ends now."""
-    for hook in list(OWNER.step_hooks):
+def _shut(hooks: list[Any]) -> None:
+    for hook in list(hooks):
         try:
             hook.shutdown()
         except Exception as exc:  # noqa: BLE001 - exit paths must not raise
             logger.warning("profctx: could not stop %r at exit: %s", hook, exc)
+
+
+def release_workers() -> None:
+    """Tell the step hooks (a Ray driver's worker groups) that the step they are in ends now."""
+    _shut(OWNER.step_hooks)
 
 
 def finalize(timeout: float | None = EXIT_TIMEOUT) -> None:
     """Stop open engine sessions and this process's open captures; wait for files (``timeout`` seconds)."""
-    release_workers()
-    for hook in list(OWNER.hooks):
-        try:
-            hook.shutdown()
-        except Exception as exc:  # noqa: BLE001 - exit paths must not raise
-            logger.warning("profctx: could not stop %r at exit: %s", hook, exc)
+    _shut(OWNER.step_hooks)
+    _shut(OWNER.hooks)
     runtime = OWNER.runtime
     if runtime is not None:
         try:
