@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, final
 
+from ._scope import role_parts
 from ._window import StepWindow
 
 if TYPE_CHECKING:
@@ -81,8 +82,10 @@ class Policy:
         parent in the path of a role capture (role mode keeps every role in), or an engine
         switch; patterns that may match a whole path (``a/b``, and any wildcard: fnmatch's
         ``*`` crosses ``/``, so ``actor_*`` matches ``actor_update/fwd``) keep every role in.
+        ``role`` is matched by its parts, as a block's role is (``train/update`` ends in ``update``).
         """
-        if engines and (role_matches(self.engine_roles, (role,)) or _may_match_a_path(self.engine_roles)):
+        parts = role_parts(role)
+        if engines and (role_matches(self.engine_roles, parts) or _may_match_a_path(self.engine_roles)):
             return True
         if not self.selected:
             return False
@@ -92,7 +95,7 @@ class Policy:
             return True
         if self.mode == "step" and not capturing:
             return False
-        return role_matches(self.roles, (role,)) or _may_match_a_path(self.roles)
+        return role_matches(self.roles, parts) or _may_match_a_path(self.roles)
 
 
 @final

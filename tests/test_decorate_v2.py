@@ -109,6 +109,37 @@ def test_generator_and_profile_step_drive_engines_identically(_engine: LoggingEn
                        [("engine", (1,), "rollout", "ok"), ("role", (1,), "rollout", "ok")])
 
 
+@pytest.mark.parametrize("config", [{"roles": ["update"]}, {"roles": ["nothing"], "engines": {"roles": ["update"]}}],
+                         ids=["range", "engine"])
+def test_a_role_given_as_a_path_is_matched_by_its_parts_as_a_block_is(
+    _engine: LoggingEngine, config: dict[str, Any]
+) -> None:
+    """``@profiled(role="train/update")`` ends in ``update``, like ``profile_step(role="train/update")``:
+    the role filter and the engine roles select it by its last name in both forms."""
+    @profiled(role="train/update")
+    def update() -> None:
+        LOG.append(f"body {profctx.current().path}")
+
+    def by_block() -> None:
+        with profctx.profile_step(role="train/update"):
+            LOG.append(f"body {profctx.current().path}")
+
+    runs: list[tuple[list[str], list[tuple[Any, ...]]]] = []
+    for body in (by_block, update):
+        LOG.clear()
+        with capture(steps=[1], **config) as got:
+            profctx.attach(_engine)
+            with profctx.profile_step(1):
+                body()
+        detach()
+        runs.append((list(LOG), sorted((c.kind or "", c.steps, c.role or "", tuple(c.ranges)) for c in got)))
+    assert runs[0] == runs[1]
+    if "engines" in config:
+        assert runs[1][0] == ["engine start 1 train/update", "body train/update", "engine stop 1 train/update"]
+    else:
+        assert runs[1] == (["body train/update"], [("step", (1,), "", ("update",))])
+
+
 def test_an_abandoned_generator_still_stops_the_engine(_engine: LoggingEngine) -> None:
     with capture(steps=[1]):
         profctx.attach(_engine)
