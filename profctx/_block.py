@@ -18,6 +18,8 @@ from ._scope import ROOT, SCOPE, Scope, Unfrozen, ambient, merge_tags, role_part
 CONTEXT: ContextVar[Capture | None] = ContextVar("profctx.capture", default=None)
 
 Tokens = tuple[Token[Scope], Token[Capture | None] | None]
+#: The tags of a ``@profiled`` call (none: it only adds its role).
+_NO_TAGS: dict[str, Any] = {}
 
 
 class Session:
@@ -254,6 +256,31 @@ def hold(step: int, tags: dict[str, Any] | None = None) -> Held:
     held = Held(session)
     OWNER.held = held
     return held
+
+
+def enter_role(role: str) -> Token[Scope] | None:
+    """Set the scope of a ``@profiled`` call of ``role`` when that is all its block would do; return the token.
+
+    ``None``: the call needs the whole block (:class:`profile_step`). Called only while a
+    block of the process is inside an in-window step (the gate is open, and stays open around
+    the call): a role the plan neither captures, ranges nor starts engines for, outside any
+    capture — in role mode, a role the filter leaves out, kept in the scope because a role
+    it holds may open a capture whose path names it — then costs one scope change, with no
+    block object and no gate of its own.
+    """
+    owner = OWNER
+    rt = owner.runtime
+    if rt is None or owner.held is not None or CONTEXT.get() is not None:
+        return None
+    scope = SCOPE.get().child(None, role, _NO_TAGS)
+    if rt.role_block(None, scope.step, scope.roles) != "":
+        return None
+    return SCOPE.set(scope)
+
+
+def leave_role(token: Token[Scope]) -> None:
+    """Undo :func:`enter_role` (a function: a by-value copy of a wrapper pickles it by name)."""
+    SCOPE.reset(token)
 
 
 def check(step: int | None, role: str | None) -> None:

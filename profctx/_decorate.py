@@ -8,7 +8,7 @@ import types
 from collections.abc import AsyncGenerator, Callable, Generator
 from typing import Any, TypeVar, overload
 
-from ._block import Session, profile_step
+from ._block import Session, enter_role, leave_role, profile_step
 from ._manifest import failed_call
 from ._owner import OWNER
 from ._scope import SCOPE, current
@@ -276,6 +276,15 @@ def _function_wrapper(role: str) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if idle():
             return wrapped(*args, **kwargs)
+        token = enter_role(role)
+        if token is not None:  # the role only joins the scope
+            try:
+                return wrapped(*args, **kwargs)
+            except Exception as exc:
+                _raised(exc)
+                raise
+            finally:
+                leave_role(token)
         with profile_step(role=role):
             try:
                 return wrapped(*args, **kwargs)
@@ -292,6 +301,15 @@ def _coroutine_wrapper(role: str) -> Callable[..., Any]:
             return wrapped(*args, **kwargs)
 
         async def run() -> Any:
+            token = enter_role(role)
+            if token is not None:  # the role only joins the scope
+                try:
+                    return await wrapped(*args, **kwargs)
+                except Exception as exc:
+                    _raised(exc)
+                    raise
+                finally:
+                    leave_role(token)
             async with profile_step(role=role):
                 try:
                     return await wrapped(*args, **kwargs)

@@ -362,3 +362,58 @@ print(*[f"{{c.steps[0]}}:{{c.role}}" for c in got])
 """
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split() == ["1:copied", "1:acopied", "2:", "2:", "1:copied", "1:acopied"]
+
+
+@profiled(role="outer")
+def outer_sync(fail: bool) -> str:
+    inner_sync()
+    if fail:
+        raise KeyError("from the body")
+    return profctx.current().path
+
+
+@profiled(role="gen")
+def inner_sync() -> None:
+    LOG.append(f"body {profctx.current().path}")
+
+
+@profiled(role="outer")
+async def outer_async(fail: bool) -> str:
+    await inner_async()
+    if fail:
+        raise KeyError("from the body")
+    return profctx.current().path
+
+
+@profiled(role="gen")
+async def inner_async() -> None:
+    await asyncio.sleep(0)
+    LOG.append(f"body {profctx.current().path}")
+
+
+@pytest.mark.parametrize("form", ["function", "coroutine"])
+def test_a_role_the_filter_leaves_out_still_names_the_role_capture_it_holds(form: str) -> None:
+    """Role mode: ``outer`` is filtered out and opens nothing, yet the capture of ``gen`` inside it
+    is ``outer/gen`` (as with blocks), the scope is restored after it, and its exceptions pass
+    through unchanged."""
+    def calls() -> None:
+        assert outer_sync(False) == "outer"
+        with pytest.raises(KeyError) as raised:
+            outer_sync(True)
+        assert raised.value.args == ("from the body",)
+        assert profctx.current().path == ""
+
+    async def acalls() -> None:  # one task: a scope left behind would show in it
+        assert await outer_async(False) == "outer"
+        with pytest.raises(KeyError) as raised:
+            await outer_async(True)
+        assert raised.value.args == ("from the body",)
+        assert profctx.current().path == ""
+
+    with capture(steps=[1], mode="role", roles=["gen"]) as got, profctx.profile_step(1):
+        if form == "function":
+            calls()
+        else:
+            asyncio.run(acalls())
+    assert LOG == ["body outer/gen", "body outer/gen"]
+    assert [(c.kind, c.steps, c.role, c.status) for c in got] == [("role", (1,), "outer/gen", "ok")] * 2
