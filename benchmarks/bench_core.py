@@ -165,15 +165,27 @@ def off_path(number: int, repeat: int) -> list[Row]:
             t = ns("m.decorated_method()", env, number, repeat)
             base_m = ns("m.method()", env, number, repeat)
             rows.append(("@profiled `obj.m()`, in-window step, rank not selected", t, t / base_m, "<= 4"))
-        # An in-window step of a selected rank whose role filter leaves this role out.
+        # An in-window step capture whose role filter leaves this role out: no range, the switch is off.
+        profctx.configure(steps=[5], roles=["rollout"], save_path=tmp, tool="noop", warmup=False)
+        with profctx.profile_step(5):
+            base = ns("bare()", env, number, repeat)
+            t = ns("decorated()", env, number, repeat)
+            rows.append(("@profiled function, in-window step (step mode), role filtered out", t, t / base, "<= 4"))
+            t = ns("m.decorated_method()", env, number, repeat)
+            base_m = ns("m.method()", env, number, repeat)
+            rows.append(("@profiled `obj.m()`, in-window step (step mode), role filtered out", t, t / base_m,
+                         "<= 4"))
+        # The same in role mode: the role only joins the scope (a role it holds may open a capture
+        # whose path names it), so the switch stays on.
         profctx.configure(steps=[5], mode="role", roles=["rollout"], save_path=tmp, tool="noop", warmup=False)
         with profctx.profile_step(5):
             base = ns("bare()", env, number, repeat)
             t = ns("decorated()", env, number, repeat)
-            rows.append(("@profiled function, in-window step, role filtered out", t, t / base, "<= 4"))
+            rows.append(("@profiled function, in-window step (role mode), role filtered out", t, t / base, "<= 4"))
             t = ns("m.decorated_method()", env, number, repeat)
             base_m = ns("m.method()", env, number, repeat)
-            rows.append(("@profiled `obj.m()`, in-window step, role filtered out", t, t / base_m, "<= 4"))
+            rows.append(("@profiled `obj.m()`, in-window step (role mode), role filtered out", t, t / base_m,
+                         "<= 4"))
         profctx.reset()
     return rows
 
