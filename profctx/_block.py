@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import weakref
 from contextvars import ContextVar, Token
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import Any, final
 
 from ._api import configure_from_environment
@@ -19,7 +19,7 @@ CONTEXT: ContextVar[Capture | None] = ContextVar("profctx.capture", default=None
 
 Tokens = tuple[Token[Scope], Token[Capture | None] | None]
 #: The tags of a ``@profiled`` call (none: it only adds its role).
-_NO_TAGS: dict[str, Any] = {}
+_NO_TAGS: MappingProxyType[str, Any] = MappingProxyType({})
 
 
 class Session:
