@@ -162,8 +162,8 @@ class IndexBuilder:
     bytes (and the 4 kB before them, to check they are still the bytes it covered), parses them with
     the reader's own code and appends one line. It returns ``False``, and the shard gets no more
     segments, when a segment could disagree with reading the shard whole: the shard was cut or
-    rewritten, a record finishes or restarts a capture an earlier segment lists, a record has no
-    capture id, a started record is damaged or names its capture ambiguously, or the index was
+    rewritten, a record finishes or restarts a capture an earlier segment lists, a started record
+    is damaged or names its capture ambiguously, or the index was
     changed by someone else. The segments already written stay valid: ``ls`` reads the rest.
     """
 
@@ -213,11 +213,15 @@ class IndexBuilder:
         listed = self._listed
         ids: list[str] = []
         rows: list[Row] = []
+        loose: list[Row] = []  # captures without an id: a whole read lists them before the others
         pending: dict[str, dict[str, Any]] = {}
         for raw in reader.merge_records([r for r in parsed if r is not None], pending, set()):
             key = raw.get("capture")
-            if type(key) is not str or not key or key in listed:
-                return False  # the whole read lists it elsewhere, or merges it with an earlier segment's
+            if type(key) is not str or not key:
+                loose.append(fast_row(raw))
+                continue
+            if key in listed:
+                return False  # finished again: the whole read merges it with the row an earlier segment holds
             ids.append(key)
             rows.append(fast_row(raw))
         still = pending.keys()
@@ -230,7 +234,7 @@ class IndexBuilder:
             return False
         covered, count, crc = self.covered + end - known, self.lines + len(new), _crc(data[:end][-_TAIL:])
         out = _line({"a": self.covered, "b": covered, "lines": count, "crc": crc, "ids": ids, "rows": rows,
-                     "damaged": list(reader.damaged), "open": text, "open_ids": list(still)})
+                     "loose": loose, "damaged": list(reader.damaged), "open": text, "open_ids": list(still)})
         if not self._size:
             out = _line({"index": INDEX_VERSION, "shard": name}) + out
             fd = os.open(self.target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -277,9 +281,10 @@ def write_index(shard: Path) -> bool:
 class Indexed:
     """What a shard's index says of it, checked against the shard: see :func:`read_index`."""
 
-    #: Ids and rows of the captures finished in the bytes covered, and their damaged lines.
+    #: Ids and rows of the captures finished in the bytes covered, rows of those without an id, damaged lines.
     ids: list[str]
     rows: list[Any]
+    loose: list[Any]
     damaged: list[str]
     #: Bytes and lines covered; the lines of the captures open there, and their ids.
     covered: int
@@ -342,12 +347,14 @@ def read_index(shard: Path) -> Indexed | None:
         return None
     ids: list[str] = []
     rows: list[Any] = []
+    loose: list[Any] = []
     damaged: list[str] = []
     for segment in segments:
         ids += segment["ids"]
         rows += segment["rows"]
+        loose += segment["loose"]
         damaged += segment["damaged"]
-    return Indexed(ids, rows, damaged, covered, last["lines"], [line.encode() for line in last["open"]],
+    return Indexed(ids, rows, loose, damaged, covered, last["lines"], [line.encode() for line in last["open"]],
                    last["open_ids"], tail, len(segments))
 
 
@@ -357,10 +364,11 @@ def _valid(segment: Any, start: int, lines: int) -> bool:
         return False
     get = segment.get
     ids, rows, damaged, still, keys = get("ids"), get("rows"), get("damaged"), get("open"), get("open_ids")
+    loose = get("loose")
     end, count = get("b"), get("lines")
     return (get("a") == start and type(end) is int and end > start and type(count) is int and count >= lines
             and type(get("crc")) is int and type(ids) is list and type(rows) is list and len(ids) == len(rows)
-            and type(damaged) is list and type(still) is list and type(keys) is list
+            and type(loose) is list and type(damaged) is list and type(still) is list and type(keys) is list
             and all(type(line) is str for line in still) and all(type(key) is str for key in keys))
 
 

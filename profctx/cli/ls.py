@@ -101,10 +101,12 @@ def _listed(reader: ManifestReader, name: str, found: Indexed, pending: dict[str
     """Return the rows of a shard from its index and the tail after it, as :meth:`ManifestReader.merge_shard` would.
 
     ``None`` (nothing changed) when the tail touches a capture the index lists: a capture finished
-    again, whose record the shard's last word makes. The tail's captures without an id come first,
-    as they would reading the shard whole.
+    again, whose record the shard's last word makes. Captures without an id come first (the index's,
+    then the tail's), as they would reading the shard whole.
     """
     rows: list[Sequence[Any]] = found.rows
+    if found.loose:
+        rows = found.loose + rows
     lines = found.open
     if not found.tail and not lines:
         finished.update(found.ids)
@@ -129,7 +131,7 @@ def _listed(reader: ManifestReader, name: str, found: Indexed, pending: dict[str
         key = raw.get("capture")
         (last if type(key) is str and key else first).append(fast_row(raw))
     if first:
-        rows = first + rows
+        rows = found.loose + first + found.rows
     return rows + last if last else rows
 
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -331,3 +332,43 @@ def test_a_killed_run_lists_the_same_with_the_segments_its_writer_left(tmp_path:
     listed = _ls(folder, capsys)
     assert listed == _without_index(folder, capsys)
     assert f"{len(found.ids)} ok" not in listed[1]  # the captures after the last segment are listed too
+
+
+def _lines(*records: dict[str, Any] | bytes) -> list[bytes]:
+    return [(r if isinstance(r, bytes) else json.dumps(r, separators=(",", ":")).encode()) + b"\n" for r in records]
+
+
+_BASE = {"v": 1, "run": "odd", "rank": 0, "host": "h", "pid": 7, "kind": "role", "steps": [1], "role": "a",
+         "backend": "torch", "start_time": 5.0}
+
+
+@pytest.mark.parametrize("case", ["keyless-tail", "damaged-started", "refinished", "two-ids"])
+def test_records_a_writer_never_writes_list_the_same_through_segments(tmp_path: Path, case: str,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    # Each shard: a first part indexed by a segment, then the rest (indexed by a second one, or the tail).
+    ok = {**_BASE, "event": "finished", "status": "ok", "files": []}
+    if case == "keyless-tail":  # a record without id comes first in a whole read, whatever its place
+        first = _lines({**ok, "capture": "k1", "role": "indexed"})
+        rest = _lines({**ok, "capture": 7, "role": "keyless"})
+    elif case == "damaged-started":  # unreadable, but a later record of its id means a whole read never parses it
+        first = _lines(b'{"event":"started","capture":"k1","cut short"}')
+        rest = _lines({**ok, "capture": "k1"})
+    elif case == "refinished":  # the shard's last word wins
+        first = _lines({**ok, "capture": "k1"})
+        rest = _lines({**ok, "capture": "k1", "status": "failed", "error": "Late: rewritten"})
+    else:  # a started line naming two ids: the lean reader goes by the first, the record by the last
+        two = b'{"capture":"a","event":"started","group":"g","capture":"b","v":1,"run":"odd","start_time":5.0}'
+        finished = {key: value for key, value in ok.items() if key != "start_time"}
+        first = _lines(two, {**finished, "capture": "b"})
+        rest = _lines({**ok, "capture": "a"})
+    folder = tmp_path / case
+    (folder / MANIFEST_DIR).mkdir(parents=True)
+    shard = folder / MANIFEST_DIR / "odd.rank0-of-1.h.7.jsonl"
+    data = b"".join(first + rest)
+    builder = _grow(shard, data, [len(b"".join(first))])
+    builder.checkpoint()
+    listed = _ls(folder, capsys)
+    assert listed == _without_index(folder, capsys)
+    index_path(shard).unlink()
+    assert write_index(shard)  # one segment over the whole shard
+    assert _ls(folder, capsys) == listed
