@@ -366,9 +366,10 @@ def test_records_a_writer_never_writes_list_the_same_through_segments(tmp_path: 
     shard = folder / MANIFEST_DIR / "odd.rank0-of-1.h.7.jsonl"
     data = b"".join(first + rest)
     builder = _grow(shard, data, [len(b"".join(first))])
-    builder.checkpoint()
-    listed = _ls(folder, capsys)
+    listed = _ls(folder, capsys)  # the rest read as the shard's tail
     assert listed == _without_index(folder, capsys)
+    builder.checkpoint()  # the rest in a second segment (when the first did not stop the index)
+    assert _ls(folder, capsys) == listed
     index_path(shard).unlink()
     assert write_index(shard)  # one segment over the whole shard
     assert _ls(folder, capsys) == listed
