@@ -88,6 +88,44 @@ def grow(shards: list[Path]) -> tuple[int, float, int]:
     return segments, cpu, tails
 
 
+def writer_cost(captures: int) -> tuple[float, float, int, float, float]:
+    """Return the CPU seconds of a real ``ManifestWriter`` writing ``captures`` captures without and with the index.
+
+    Returns (writes without, writes with, segments, close without (the whole shard indexed at
+    exit, as before segments), close with (the final segment)): best of 3 each.
+    """
+    from profctx._identity import Identity
+    from profctx._manifest import ManifestWriter
+
+    def one(index: bool) -> tuple[float, float, int]:
+        writer = ManifestWriter(Path(tempfile.mkdtemp(prefix="profctx-bench-writer-")), "bench",
+                                Identity(rank=0, world_size=8, host="node0", pid=1234, source="explicit"))
+        if not index:
+            writer._index = False  # as a writer whose index stopped: close() indexes the whole shard
+        t0 = time.process_time()
+        for i in range(captures):
+            step = 1 + i // 4
+            role = ("rollout", "ref", "actor_update", "critic_update")[i % 4]
+            common = {"capture": f"{i:012x}", "kind": "role", "steps": [step], "step": step, "last_step": step,
+                      "role": role, "backend": "torch", "folder": f"step{step:06d}/{role}"}
+            start = 1.8e9 + i
+            writer.write(writer.envelope({**common, "event": "started", "start_time": start, "thread": "MainThread"}))
+            writer.write(writer.envelope({
+                **common, "event": "finished", "status": "ok", "start_time": start, "end_time": start + 0.3,
+                "duration_s": 0.3, "blocked_s": 0.002, "write_s": 0.05, "bytes": 1234567, "ranges": 2, "error": None,
+                "files": [{"path": f"step{step:06d}/{role}/rank0-of-8_node_1234.{i}.pt.trace.json.gz",
+                           "bytes": 1234567}], "notes": []}))
+        writes = time.process_time() - t0
+        t0 = time.process_time()
+        writer.close()
+        return writes, time.process_time() - t0, writer._index.segments if index else 0
+
+    one(True)  # imports the reader and orjson once
+    off = min(one(False) for _ in range(3))
+    on = min(one(True) for _ in range(3))
+    return off[0], on[0], on[2], off[1], on[1]
+
+
 def measure(argv: list[str], env: dict[str, str] | None = None, repeat: int = 3,
             output: list[bytes] | None = None) -> tuple[float, float, float]:
     """Run ``argv`` ``repeat`` times, output to a file; return the best (seconds, CPU seconds, peak RSS MB).
@@ -170,6 +208,11 @@ def main() -> None:
           f"({checkpointing / segments * 1e3:.2f} ms per segment, {checkpointing / args.captures * 1e6:.0f} ms per "
           f"1,000 captures); a killed run's tails after the last segment: {tails / len(shards) / 1024:.0f} kB per "
           f"shard on average ({tails / size:.1%} of the manifest)")
+    plain, indexed, count, whole, final = writer_cost(10_000)
+    print(f"writer, 10,000 captures: {plain * 1e3:.0f} ms of CPU without the index's segments, {indexed * 1e3:.0f} ms "
+          f"with ({count} segments: {(indexed - plain) / 10 * 1e3:.1f} ms per 1,000 captures, "
+          f"{(indexed - plain) / count * 1e3:.2f} ms per segment); close: {final * 1e3:.1f} ms (final segment) "
+          f"against {whole * 1e3:.0f} ms (the whole shard indexed at exit)")
     print("| what | time (s) | CPU (s) | peak RSS (MB) |\n|---|---:|---:|---:|")
     for name, (seconds, cpu, rss) in runs.items():
         print(f"| {name} | {seconds:.2f} | {cpu:.2f} | {rss:.0f} |")

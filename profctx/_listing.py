@@ -1,15 +1,29 @@
-"""The rows of ``profctx ls``, and the listing index a process writes beside its shard when it ends.
+"""The rows of ``profctx ls``, and the listing index a process keeps beside its shard as it writes.
 
 A row is what ``ls`` shows of one capture (:func:`typed_row`). Reading a large manifest is
-mostly parsing its JSON lines, so when a process's manifest writer closes it writes
-``{shard}.index`` beside its shard (:func:`write_index`): a first line of JSON saying which bytes
-of the shard it covers (their length and the CRC-32 of their last 4 kB) and the CRC-32 of the
-rest, then one line of JSON holding the rows of the shard's captures (in the order of
-:meth:`ManifestReader.merged`), their capture ids and the shard's damaged lines. ``ls`` takes a
-shard's rows from its index when the shard is still exactly those bytes (:func:`read_index`),
-and reads the shard itself otherwise: a shard written to after its index, a process killed
-before it wrote one, an index cut, altered or of another version. The index is a cache:
-deleting it changes nothing but speed.
+mostly parsing its JSON lines, so each process's manifest writer keeps ``{shard}.index`` beside
+its shard, appended to as the shard grows (:class:`IndexBuilder`), so that a run killed or still
+running is indexed too. Every line of it is compact JSON, a tab and the CRC-32 of that JSON in
+hex, so a line torn by a kill, or altered, is known and not used. The first line is the header,
+``{"index": INDEX_VERSION, "shard": name}``. Then one segment per checkpoint: the writer appends
+one each time the shard has grown by ``CHECKPOINT_BYTES`` (64 kB, in :mod:`profctx._manifest`)
+and a last one when it closes. A segment covers the shard's bytes ``[a, b)`` (``a``: the previous
+segment's ``b``; ``b``: just after a newline) and holds: ``lines``, the shard's lines before ``b``;
+``crc``, the CRC-32 of the 4 kB before ``b``; ``ids`` and ``rows``, the captures finished in
+``[a, b)`` (in the order of :meth:`ManifestReader.merged`); ``loose``, the rows of records
+without a capture id; ``damaged``, the lines there that do not parse; ``open`` and ``open_ids``,
+the lines of the captures started and not finished at ``b`` (a later part merges onto them).
+A segment is built from those bytes alone, parsed by the reader's own code, with the open lines
+carried from the segment before (so it costs what the new bytes cost, never a re-read).
+
+``ls`` (:func:`read_index`) takes the rows of every segment up to the last one whose 4 kB still
+match the shard's bytes, then parses only the shard's tail after it, with the open lines before
+it. It reads the shard whole instead when no segment matches (the shard cut or rewritten), the
+index is missing, of another version or its header is damaged, the tail touches a capture a
+segment lists (a capture finished again: the shard's last word wins), or the shard finishes a
+capture started in a shard read before. The writer stops appending segments (and indexes the
+shard whole when it closes) when a segment could list otherwise than a whole read: see
+:class:`IndexBuilder`. The index is a cache: deleting it changes nothing but speed.
 """
 
 from __future__ import annotations

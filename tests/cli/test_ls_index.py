@@ -308,7 +308,7 @@ while True:
             pass
         with profctx.profile_step(role="actor_update"):
             pass
-    if step == 200:
+    if step == 300:
         print("ready", flush=True)
 """
 
@@ -326,12 +326,18 @@ def test_a_killed_run_lists_the_same_with_the_segments_its_writer_left(tmp_path:
     shard = next((folder / MANIFEST_DIR).glob("killed.*.jsonl"))
     found = read_index(shard)
     size = shard.stat().st_size
-    assert found is not None and found.segments >= 3 and len(found.ids) >= 200
+    assert found is not None and found.segments >= 4 and len(found.ids) >= 300
     # The tail not covered is what the process wrote after its last checkpoint: less than one more record.
     assert found.covered >= max(size - CHECKPOINT_BYTES - 4096, size // 2) and found.covered + len(found.tail) == size
     listed = _ls(folder, capsys)
     assert listed == _without_index(folder, capsys)
     assert f"{len(found.ids)} ok" not in listed[1]  # the captures after the last segment are listed too
+    # And ls took the rows from the segments: one rewritten in the first segment (CRC made right) shows.
+    index = index_path(shard)
+    lines = index.read_bytes().splitlines(keepends=True)
+    lines[1] = _signed(lines[1].rpartition(b"\t")[0].replace(b'"rollout"', b'"from_the_index"', 1))
+    index.write_bytes(b"".join(lines))
+    assert "from_the_index" in _ls(folder, capsys)[1]
 
 
 def _lines(*records: dict[str, Any] | bytes) -> list[bytes]:
