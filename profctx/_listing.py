@@ -177,8 +177,8 @@ class IndexBuilder:
     the reader's own code and appends one line. It returns ``False``, and the shard gets no more
     segments, when a segment could disagree with reading the shard whole: the shard was cut or
     rewritten, a record finishes or restarts a capture an earlier segment lists, a started record
-    is damaged or names its capture ambiguously, or the index was
-    changed by someone else. The segments already written stay valid: ``ls`` reads the rest.
+    is damaged or names its capture ambiguously, or the index was changed by someone else. The
+    segments already written stay valid: ``ls`` reads the rest of the shard after them.
     """
 
     def __init__(self, shard: Path, target: Path | None = None) -> None:
@@ -241,7 +241,7 @@ class IndexBuilder:
         still = pending.keys()
         if not still.isdisjoint(listed) or not still.isdisjoint(ids):
             return False  # restarted after it finished
-        carried = [lines[index] for index, key in started if key in still]
+        carried = [lines[index] for index, key in started if type(key) is str and key in still]
         try:
             text = [line.decode() for line in carried]
         except UnicodeDecodeError:

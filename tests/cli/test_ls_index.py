@@ -348,7 +348,7 @@ _BASE = {"v": 1, "run": "odd", "rank": 0, "host": "h", "pid": 7, "kind": "role",
          "backend": "torch", "start_time": 5.0}
 
 
-@pytest.mark.parametrize("case", ["keyless-tail", "damaged-started", "refinished", "two-ids"])
+@pytest.mark.parametrize("case", ["keyless-tail", "damaged-started", "refinished", "two-ids", "list-id"])
 def test_records_a_writer_never_writes_list_the_same_through_segments(tmp_path: Path, case: str,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     # Each shard: a first part indexed by a segment, then the rest (indexed by a second one, or the tail).
@@ -362,6 +362,9 @@ def test_records_a_writer_never_writes_list_the_same_through_segments(tmp_path: 
     elif case == "refinished":  # the shard's last word wins
         first = _lines({**ok, "capture": "k1"})
         rest = _lines({**ok, "capture": "k1", "status": "failed", "error": "Late: rewritten"})
+    elif case == "list-id":  # found by the fuzz test: an id of another type, in a started record left open
+        first = _lines({**_BASE, "event": "started", "capture": [1]}, {**_BASE, "event": "started", "capture": "k1"})
+        rest = _lines({**ok, "capture": "k1"})
     else:  # a started line naming two ids: the lean reader goes by the first, the record by the last
         two = b'{"capture":"a","event":"started","group":"g","capture":"b","v":1,"run":"odd","start_time":5.0}'
         finished = {key: value for key, value in ok.items() if key != "start_time"}
