@@ -1,15 +1,29 @@
-"""The rows of ``profctx ls``, and the listing index a process writes beside its shard when it ends.
+"""The rows of ``profctx ls``, and the listing index a process keeps beside its shard as it writes.
 
 A row is what ``ls`` shows of one capture (:func:`typed_row`). Reading a large manifest is
-mostly parsing its JSON lines, so when a process's manifest writer closes it writes
-``{shard}.index`` beside its shard (:func:`write_index`): a first line of JSON saying which bytes
-of the shard it covers (their length and the CRC-32 of their last 4 kB) and the CRC-32 of the
-rest, then one line of JSON holding the rows of the shard's captures (in the order of
-:meth:`ManifestReader.merged`), their capture ids and the shard's damaged lines. ``ls`` takes a
-shard's rows from its index when the shard is still exactly those bytes (:func:`read_index`),
-and reads the shard itself otherwise: a shard written to after its index, a process killed
-before it wrote one, an index cut, altered or of another version. The index is a cache:
-deleting it changes nothing but speed.
+mostly parsing its JSON lines, so each process's manifest writer keeps ``{shard}.index`` beside
+its shard, appended to as the shard grows (:class:`IndexBuilder`), so that a run killed or still
+running is indexed too. Every line of it is compact JSON, a tab and the CRC-32 of that JSON in
+hex, so a line torn by a kill, or altered, is known and not used. The first line is the header,
+``{"index": INDEX_VERSION, "shard": name}``. Then one segment per checkpoint: the writer appends
+one each time the shard has grown by ``CHECKPOINT_BYTES`` (64 kB, in :mod:`profctx._manifest`)
+and a last one when it closes. A segment covers the shard's bytes ``[a, b)`` (``a``: the previous
+segment's ``b``; ``b``: just after a newline) and holds: ``lines``, the shard's lines before ``b``;
+``crc``, the CRC-32 of the 4 kB before ``b``; ``ids`` and ``rows``, the captures finished in
+``[a, b)`` (in the order of :meth:`ManifestReader.merged`); ``loose``, the rows of records
+without a capture id; ``damaged``, the lines there that do not parse; ``open`` and ``open_ids``,
+the lines of the captures started and not finished at ``b`` (a later part merges onto them).
+A segment is built from those bytes alone, parsed by the reader's own code, with the open lines
+carried from the segment before (so it costs what the new bytes cost, never a re-read).
+
+``ls`` (:func:`read_index`) takes the rows of every segment up to the last one whose 4 kB still
+match the shard's bytes, then parses only the shard's tail after it, with the open lines before
+it. It reads the shard whole instead when no segment matches (the shard cut or rewritten), the
+index is missing, of another version or its header is damaged, the tail touches a capture a
+segment lists (a capture finished again: the shard's last word wins), or the shard finishes a
+capture started in a shard read before. The writer stops appending segments (and indexes the
+shard whole when it closes) when a segment could list otherwise than a whole read: see
+:class:`IndexBuilder`. The index is a cache: deleting it changes nothing but speed.
 """
 
 from __future__ import annotations
@@ -17,16 +31,17 @@ from __future__ import annotations
 import json
 import os
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from .manifest import DRIVER, CaptureRecord, ManifestReader, _parser
+from .manifest import _STARTED, DRIVER, CaptureRecord, ManifestReader, _capture_id, _parser
 
 #: Version of the index format and of the cells it holds: raise it whenever a row's cells change.
-INDEX_VERSION: Final = 1
+INDEX_VERSION: Final = 2
 #: Appended to a shard's file name to name its index (the name no longer ends with ``.jsonl``).
 INDEX_SUFFIX: Final = ".index"
-#: Shards larger than this get no index: building it at exit would take too long.
+#: :func:`write_index` (a whole shard at once) skips shards larger than this: it would take too long at exit.
 INDEX_MAX_BYTES: Final = 64 * 1024 * 1024
 #: The index holds the CRC-32 of this many bytes at the end of what it covers.
 _TAIL: Final = 4096
@@ -143,77 +158,232 @@ def index_path(shard: Path) -> Path:
     return shard.with_name(shard.name + INDEX_SUFFIX)
 
 
-def write_index(shard: Path) -> bool:
-    """Write the index of ``shard`` as it is now (see the module's docstring); return whether one was written.
+def _line(value: dict[str, Any]) -> bytes:
+    """Return one line of the index: compact JSON, a tab, the CRC-32 of the JSON in hex."""
+    body = json.dumps(value, separators=(",", ":"), default=str).encode()
+    return body + b"\t%08x\n" % _crc(body)
 
-    None is written (and a stale one is removed) when the shard cannot be read, is larger than
-    :data:`INDEX_MAX_BYTES`, or holds a capture started and not finished. Never raises on I/O
-    errors. Call it once nothing appends to the shard any more (its writer closed).
+
+def _candidate(line: bytes) -> bool:
+    """Whether the lean reader may skip ``line`` as a started record a later one covers (see ``lean_parse``)."""
+    return _STARTED in line and line.rstrip().endswith(b"}")
+
+
+class IndexBuilder:
+    """Append the segments of one shard's index as the shard grows (see the module's docstring).
+
+    :meth:`checkpoint` covers the whole lines written since the last segment: it reads only those
+    bytes (and the 4 kB before them, to check they are still the bytes it covered), parses them with
+    the reader's own code and appends one line. It returns ``False``, and the shard gets no more
+    segments, when a segment could disagree with reading the shard whole: the shard was cut or
+    rewritten, a record finishes or restarts a capture an earlier segment lists, a started record
+    is damaged or names its capture ambiguously, or the index was changed by someone else. The
+    segments already written stay valid: ``ls`` reads the rest of the shard after them.
+    """
+
+    def __init__(self, shard: Path, target: Path | None = None) -> None:
+        self.shard = shard
+        self.target = index_path(shard) if target is None else target
+        self.reader = ManifestReader(shard.parent.parent, lean=True)
+        #: Bytes of the shard the segments cover, and their lines.
+        self.covered = 0
+        self.lines = 0
+        self.segments = 0
+        self._crc = _crc(b"")
+        self._open: list[bytes] = []  # the lines of the captures started and not finished at ``covered``
+        self._listed: set[str] = set()
+        self._size = 0  # bytes of the index written so far (0: none yet)
+
+    def checkpoint(self) -> bool:
+        """Append a segment covering the shard's new whole lines, if any; return ``False`` once it cannot."""
+        with open(self.shard, "rb") as fh:
+            before = max(self.covered - _TAIL, 0)
+            fh.seek(before)
+            data = fh.read()
+        known = self.covered - before
+        if _crc(data[:known]) != self._crc or len(data) < known:
+            return False  # cut or rewritten since the last segment
+        end = data.rfind(b"\n") + 1
+        if end <= known:
+            return True  # no new whole line
+        new = data[known:end].splitlines()
+        lines = [*self._open, *new]
+        first = self.lines + 1 - len(self._open)
+        reader = self.reader
+        reader.damaged.clear()
+        name = self.shard.name
+        parsed = reader.lean_parse(name, lines, first)
+        for where in reader.damaged:
+            if _candidate(lines[int(where.rpartition(":")[2]) - first]):
+                return False  # whether the whole read parses it depends on lines not written yet
+        started: list[tuple[int, Any]] = []
+        for index, record in enumerate(parsed):
+            if record is not None and record.get("event") == "started":
+                key = record.get("capture")
+                line = lines[index]
+                if _candidate(line) and _capture_id(line) != key:
+                    return False
+                started.append((index, key))
+        listed = self._listed
+        ids: list[str] = []
+        rows: list[Row] = []
+        loose: list[Row] = []  # captures without an id: a whole read lists them before the others
+        pending: dict[str, dict[str, Any]] = {}
+        for raw in reader.merge_records([r for r in parsed if r is not None], pending, set()):
+            key = raw.get("capture")
+            if type(key) is not str or not key:
+                loose.append(fast_row(raw))
+                continue
+            if key in listed:
+                return False  # finished again: the whole read merges it with the row an earlier segment holds
+            ids.append(key)
+            rows.append(fast_row(raw))
+        still = pending.keys()
+        if not still.isdisjoint(listed) or not still.isdisjoint(ids):
+            return False  # restarted after it finished
+        carried = [lines[index] for index, key in started if type(key) is str and key in still]
+        try:
+            text = [line.decode() for line in carried]
+        except UnicodeDecodeError:
+            return False
+        covered, count, crc = self.covered + end - known, self.lines + len(new), _crc(data[:end][-_TAIL:])
+        out = _line({"a": self.covered, "b": covered, "lines": count, "crc": crc, "ids": ids, "rows": rows,
+                     "loose": loose, "damaged": list(reader.damaged), "open": text, "open_ids": list(still)})
+        if not self._size:
+            out = _line({"index": INDEX_VERSION, "shard": name}) + out
+            fd = os.open(self.target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        else:
+            fd = os.open(self.target, os.O_WRONLY | os.O_APPEND)
+        try:
+            if os.fstat(fd).st_size != self._size or os.write(fd, out) != len(out):
+                return False  # changed by someone else, or the disk is full (the torn line is ignored)
+        finally:
+            os.close(fd)
+        self._size += len(out)
+        self.covered, self.lines, self._crc = covered, count, crc
+        self._open = carried
+        listed.update(ids)
+        self.segments += 1
+        return True
+
+
+def write_index(shard: Path) -> bool:
+    """Write the index of ``shard`` as it is now, in one segment; return whether one was written.
+
+    For a shard whose writer could not keep its index as it went (see :class:`IndexBuilder`): none
+    is written (and a stale one is removed) when the shard cannot be read, is larger than
+    :data:`INDEX_MAX_BYTES`, or is one a segment could not list. Never raises on I/O errors.
     """
     target = index_path(shard)
+    temporary = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     try:
         if shard.stat().st_size > INDEX_MAX_BYTES:
             target.unlink(missing_ok=True)
             return False
-        data = shard.read_bytes()
-    except OSError:
-        return False
-    reader = ManifestReader(shard.parent.parent, lean=True)
-    captures, still_open = reader.shard_captures(shard, data)
-    try:
-        if still_open:
+        builder = IndexBuilder(shard, temporary)
+        if not builder.checkpoint() or not builder.segments:
+            temporary.unlink(missing_ok=True)
             target.unlink(missing_ok=True)
             return False
-        ids = []
-        rows = []
-        for raw in captures:
-            key = raw.get("capture")
-            ids.append(key if type(key) is str else "")
-            rows.append(typed_row(CaptureRecord(raw)))
-        body = json.dumps({"ids": ids, "rows": rows, "damaged": reader.damaged}, separators=(",", ":"),
-                          default=str).encode()
-        head = {"index": INDEX_VERSION, "shard": shard.name, "bytes": len(data), "crc": _crc(data[-_TAIL:]),
-                "body": _crc(body)}
-        text = json.dumps(head, separators=(",", ":")).encode() + b"\n" + body
-        temporary = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-        temporary.write_bytes(text)
         os.replace(temporary, target)
     except (OSError, ValueError):
         return False
     return True
 
 
-def read_index(shard: Path) -> tuple[list[str], list[list[Any]], list[str]] | None:
-    """Return (capture ids, rows, damaged lines) of ``shard`` from its index, or ``None`` to read the shard instead.
+@dataclass
+class Indexed:
+    """What a shard's index says of it, checked against the shard: see :func:`read_index`."""
 
-    ``None`` when there is no index, it does not parse, is of another version or was altered, or
-    the shard is no longer exactly the bytes it covers (written to, cut, or replaced since).
+    #: Ids and rows of the captures finished in the bytes covered, rows of those without an id, damaged lines.
+    ids: list[str]
+    rows: list[Any]
+    loose: list[Any]
+    damaged: list[str]
+    #: Bytes and lines covered; the lines of the captures open there, and their ids.
+    covered: int
+    lines: int
+    open: list[bytes]
+    open_ids: list[str]
+    #: The shard's bytes after those covered, and how many segments were read.
+    tail: bytes
+    segments: int
+
+
+def read_index(shard: Path) -> Indexed | None:
+    """Return what the index of ``shard`` covers, or ``None`` to read the shard whole instead.
+
+    The segments are read up to the first one that is torn, altered or does not follow the one
+    before; then the last one whose 4 kB before its end are still the shard's bytes there is
+    used. ``None`` when there is no index, its header does not parse or is of another version, or
+    no segment matches the shard (cut or rewritten since).
     """
     loads = _parser()[0]
     try:
-        head_text, _, body = index_path(shard).read_bytes().partition(b"\n")
-        head = loads(head_text)
-        if (type(head) is not dict or head.get("index") != INDEX_VERSION or head.get("shard") != shard.name
-                or head.get("body") != _crc(body)):
-            return None
-        covers = head.get("bytes")
-        if type(covers) is not int:
-            return None
+        entries = index_path(shard).read_bytes().split(b"\n")
+    except OSError:
+        return None
+    entries.pop()  # what follows the last newline: nothing, or a line torn by a kill
+    segments: list[dict[str, Any]] = []
+    end = 0
+    lines = 0
+    for number, entry in enumerate(entries):
+        body, tab, crc = entry.rpartition(b"\t")
+        if not tab or crc != b"%08x" % _crc(body):
+            break
+        try:
+            value = loads(body)
+        except ValueError:  # the parsers' errors are ValueErrors
+            break
+        if number == 0:
+            if type(value) is not dict or value.get("index") != INDEX_VERSION or value.get("shard") != shard.name:
+                return None
+            continue
+        if not _valid(value, end, lines):
+            break
+        segments.append(value)
+        end, lines = value["b"], value["lines"]
+    try:
         with open(shard, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size != covers:
+            size = os.fstat(fh.fileno()).st_size
+            while segments:
+                last = segments[-1]
+                covered = last["b"]
+                if covered <= size:
+                    fh.seek(max(covered - _TAIL, 0))
+                    if _crc(fh.read(min(covered, _TAIL))) == last["crc"]:
+                        tail = fh.read()
+                        break
+                segments.pop()
+            else:
                 return None
-            fh.seek(max(covers - _TAIL, 0))
-            if _crc(fh.read(_TAIL)) != head.get("crc"):
-                return None
-        index = loads(body)
-    except (OSError, ValueError):  # the parsers' errors are ValueErrors
+    except OSError:
         return None
-    if type(index) is not dict:
-        return None
-    ids, rows, damaged = index.get("ids"), index.get("rows"), index.get("damaged")
-    if type(ids) is not list or type(rows) is not list or type(damaged) is not list or len(ids) != len(rows):
-        return None
-    return ids, rows, damaged
+    ids: list[str] = []
+    rows: list[Any] = []
+    loose: list[Any] = []
+    damaged: list[str] = []
+    for segment in segments:
+        ids += segment["ids"]
+        rows += segment["rows"]
+        loose += segment["loose"]
+        damaged += segment["damaged"]
+    return Indexed(ids, rows, loose, damaged, covered, last["lines"], [line.encode() for line in last["open"]],
+                   last["open_ids"], tail, len(segments))
+
+
+def _valid(segment: Any, start: int, lines: int) -> bool:
+    """Whether ``segment`` is a segment that follows one ending at byte ``start`` and line ``lines``."""
+    if type(segment) is not dict:
+        return False
+    get = segment.get
+    ids, rows, damaged, still, keys = get("ids"), get("rows"), get("damaged"), get("open"), get("open_ids")
+    loose = get("loose")
+    end, count = get("b"), get("lines")
+    return (get("a") == start and type(end) is int and end > start and type(count) is int and count >= lines
+            and type(get("crc")) is int and type(ids) is list and type(rows) is list and len(ids) == len(rows)
+            and type(loose) is list and type(damaged) is list and type(still) is list and type(keys) is list
+            and all(type(line) is str for line in still) and all(type(key) is str for key in keys))
 
 
 def _crc(data: bytes) -> int:

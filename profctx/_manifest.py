@@ -33,6 +33,9 @@ Kind = Literal["step", "role", "engine", "remote"]
 FULL_DISK_BACKOFF: Final = 1.0
 #: Records kept in memory while the shard cannot be written; older ones are dropped (and counted).
 PENDING_LIMIT: Final = 10_000
+#: The shard grows by this many bytes between two segments of its listing index (see :mod:`profctx._listing`):
+#: about 80 captures, a millisecond of CPU to index, and at most this much left for ``ls`` to parse after a kill.
+CHECKPOINT_BYTES: Final = 64 * 1024
 
 
 class FileEntry(TypedDict):
@@ -161,6 +164,11 @@ class ManifestWriter:
         self._retry_at = 0.0
         self.dropped = 0
         self.failed: str | None = None
+        # The listing index kept as the shard grows (a profctx._listing.IndexBuilder, made at the
+        # first checkpoint: the reader and json are not imported before); False once it stopped.
+        self._index: Any = None
+        self._end = 0  # where the last record written ends
+        self._indexed = 0  # how far the index covers the shard
 
     def envelope(self, record: Mapping[str, Any]) -> Record:
         """Return ``record`` with the version, run, rank, world size, host and pid added in front."""
@@ -187,7 +195,28 @@ class ManifestWriter:
             if len(self._pending) > PENDING_LIMIT:
                 self._pending.popleft()
                 self.dropped += 1
-            return self._drain()
+            if not self._drain():
+                return False
+            if self._end - self._indexed >= CHECKPOINT_BYTES:
+                self._checkpoint()
+            return True
+
+    def _checkpoint(self) -> None:
+        """Append a segment to the shard's listing index (see :mod:`profctx._listing`); never raises."""
+        index = self._index
+        if index is False:
+            return
+        try:
+            if index is None:
+                from ._listing import IndexBuilder  # the reader and json: not at import profctx
+
+                index = self._index = IndexBuilder(self.path)
+            if index.checkpoint():
+                self._indexed = index.covered
+                return
+        except Exception as exc:  # noqa: BLE001 - the index is a cache: it never fails a write
+            warn_once("listing-index", "profctx: could not write the listing index of %s: %s", self.path, exc)
+        self._index = False
 
     def _drain(self) -> bool:
         if self._retry_at and time.monotonic() < self._retry_at:
@@ -201,6 +230,7 @@ class ManifestWriter:
                 if written != len(line):  # a short write: the disk filled up mid-line
                     os.ftruncate(fd, start)
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
+                self._end = start + written
             except OSError as exc:
                 self._failed(exc)
                 return False
@@ -220,6 +250,7 @@ class ManifestWriter:
                 pass
             os.close(fd)
             self._fd = None
+            self._index = False  # the index covers bytes of the shard that is gone: close() writes it anew
             warn_once(f"manifest-gone:{self.path}", "profctx: the manifest %s was deleted; writing a new one",
                       self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -237,8 +268,9 @@ class ManifestWriter:
     def close(self, timeout: float = 0.0) -> bool:
         """Write what is pending (retrying up to ``timeout`` seconds), close the shard; return success.
 
-        Once every record is written, the shard's listing index is written beside it (see
-        :mod:`profctx._listing`), under the lock so that no record lands while it is built.
+        Once every record is written, the shard's listing index gets its last segment (see
+        :mod:`profctx._listing`), under the lock so that no record lands while it is built; an
+        index that stopped on the way is written anew from the whole shard.
         """
         deadline = time.monotonic() + timeout
         with self._lock:
@@ -255,13 +287,15 @@ class ManifestWriter:
                 os.close(self._fd)
                 self._fd = None
                 if ok:
-                    try:
-                        from ._listing import write_index  # the reader and json: not at import profctx
+                    self._checkpoint()  # the final segment: the index covers the whole shard
+                    if self._index is False:  # it stopped: write it anew from the whole shard
+                        try:
+                            from ._listing import write_index
 
-                        write_index(self.path)
-                    except Exception as exc:  # noqa: BLE001 - the index is a cache: it never fails a close
-                        warn_once("listing-index", "profctx: could not write the listing index of %s: %s",
-                                  self.path, exc)
+                            write_index(self.path)
+                        except Exception as exc:  # noqa: BLE001 - the index is a cache: it never fails a close
+                            warn_once("listing-index", "profctx: could not write the listing index of %s: %s",
+                                      self.path, exc)
             return ok
 
 

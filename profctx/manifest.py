@@ -460,6 +460,16 @@ class ManifestReader:
 
     def _lean(self, name: str, lines: list[bytes]) -> Iterator[dict[str, Any]]:
         """Yield a shard's records as :meth:`_shard_lines` does, less the started ones a later record covers."""
+        for record in self.lean_parse(name, lines):
+            if record is not None:
+                yield record
+
+    def lean_parse(self, name: str, lines: list[bytes], first: int = 1) -> list[dict[str, Any] | None]:
+        """Return the record of each of ``lines`` as the lean reader reads them (``None``: not parsed or not a record).
+
+        ``first``: the number of the first line, as :attr:`damaged` names lines. The listing
+        index (:mod:`profctx._listing`) reads a shard piece by piece with it.
+        """
         parsed: list[dict[str, Any] | None] = [None] * len(lines)
         started: list[tuple[int, bytes]] = []
         covered: dict[str, int] = {}  # capture id -> index of its last finished record holding start_time
@@ -469,7 +479,7 @@ class ManifestReader:
             if _STARTED in line and line.rstrip().endswith(b"}"):
                 started.append((index, line))
                 continue
-            record = parsed[index] = self._parse(name, index + 1, line)
+            record = parsed[index] = self._parse(name, index + first, line)
             # Only a finished record repeats the started one's keys (a record of another event
             # may finish the capture too, but then the started one must be read).
             if record is not None and "start_time" in record and record.get("event") == "finished":
@@ -479,10 +489,8 @@ class ManifestReader:
         for index, line in started:
             key = _capture_id(line)
             if key is None or covered.get(key, -1) < index:
-                parsed[index] = self._parse(name, index + 1, line)
-        for record in parsed:
-            if record is not None:
-                yield record
+                parsed[index] = self._parse(name, index + first, line)
+        return parsed
 
     def shard_processes(self) -> Iterator[tuple[str, str | None, int | None, str | None]]:
         """Yield ``(run, host, pid, group)`` of each shard's process (one process per shard).
@@ -547,6 +555,15 @@ class ManifestReader:
         pending: dict[str, dict[str, Any]] = {}
         captures = list(self._merge(self._records(shard.name, data, self.lean), pending, set()))
         return captures, len(pending)
+
+    @staticmethod
+    def merge_records(records: Iterable[dict[str, Any]], pending: dict[str, dict[str, Any]],
+                      finished: set[str]) -> Iterator[dict[str, Any]]:
+        """Yield the captures ``records`` (one shard's, in order) finish, as :meth:`merge_shard` does.
+
+        Those without a capture id come first, as read; then the others, each where its last record was.
+        """
+        return ManifestReader._merge(records, pending, finished)
 
     @staticmethod
     def _merge(records: Iterable[dict[str, Any]], pending: dict[str, dict[str, Any]],

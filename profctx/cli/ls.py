@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any
 
-from .._listing import GROUPED, UNGROUPED, fast_row, read_index
+from .._listing import GROUPED, UNGROUPED, Indexed, fast_row, read_index
 from ..manifest import DRIVER, CaptureRecord, ManifestReader
 from ._common import (
     FINDINGS,
@@ -84,16 +84,55 @@ def _rows(args: argparse.Namespace) -> tuple[ManifestReader, Iterator[Sequence[A
         for shard in reader.shards():
             found = read_index(shard)
             # Read the shard itself when it finishes a capture started in a shard before it.
-            if found is not None and (not pending or pending.keys().isdisjoint(found[0])):
-                ids, indexed, damaged = found
-                finished.update(ids)
-                reader.damaged.extend(damaged)
-                yield from indexed
-            else:
-                yield from map(fast_row, reader.merge_shard(shard, pending, finished))
+            if found is not None and (not pending or (pending.keys().isdisjoint(found.ids)
+                                                      and pending.keys().isdisjoint(found.open_ids))):
+                listed = _listed(reader, shard.name, found, pending, finished)
+                if listed is not None:
+                    yield from listed
+                    continue
+            yield from map(fast_row, reader.merge_shard(shard, pending, finished))
         yield from map(fast_row, reader.still_open(pending, finished))
 
     return reader, rows()
+
+
+def _listed(reader: ManifestReader, name: str, found: Indexed, pending: dict[str, dict[str, Any]],
+            finished: set[str]) -> list[Sequence[Any]] | None:
+    """Return the rows of a shard from its index and the tail after it, as :meth:`ManifestReader.merge_shard` would.
+
+    ``None`` (nothing changed) when the tail touches a capture the index lists: a capture finished
+    again, whose record the shard's last word makes. Captures without an id come first (the index's,
+    then the tail's), as they would reading the shard whole.
+    """
+    rows: list[Sequence[Any]] = found.rows
+    if found.loose:
+        rows = found.loose + rows
+    lines = found.open
+    if not found.tail and not lines:
+        finished.update(found.ids)
+        reader.damaged.extend(found.damaged)
+        return rows
+    if found.tail:
+        lines = [*lines, *found.tail.splitlines()]
+    count = len(reader.damaged)
+    reader.damaged.extend(found.damaged)
+    parsed = [r for r in reader.lean_parse(name, lines, found.lines + 1 - len(found.open)) if r is not None]
+    if parsed and found.ids:
+        listed = set(found.ids)
+        for record in parsed:
+            key = record.get("capture")
+            if type(key) is str and key in listed:
+                del reader.damaged[count:]
+                return None
+    finished.update(found.ids)
+    first: list[Sequence[Any]] = []
+    last: list[Sequence[Any]] = []
+    for raw in reader.merge_records(parsed, pending, finished):
+        key = raw.get("capture")
+        (last if type(key) is str and key else first).append(fast_row(raw))
+    if first:
+        rows = found.loose + first + found.rows
+    return rows + last if last else rows
 
 
 def _table(args: argparse.Namespace, rows_in: Iterable[Sequence[Any]], damaged: list[str]) -> int:

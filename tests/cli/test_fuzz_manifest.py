@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from profctx import manifest
-from profctx._listing import fast_row, index_path, typed_row, write_index
+from profctx._listing import IndexBuilder, fast_row, index_path, typed_row, write_index
 from profctx.cli import main
 
 _KEYS = ["capture", "run", "status", "kind", "steps", "step", "role", "rank", "world_size", "host", "pid", "group",
@@ -86,6 +86,21 @@ def test_no_manifest_content_makes_a_command_raise(data: st.DataObject, lines: l
     if write_index(shard):
         assert (main(["ls", str(folder)]), capsys.readouterr()) == bare
         index_path(shard).unlink()
+    # Nor from the segments a writer appends as the shard grows, at any points (then read with the tail after them).
+    content = shard.read_bytes()
+    shard.write_bytes(b"")
+    builder = IndexBuilder(shard)
+    done = 0
+    for cut in sorted(data.draw(st.lists(st.integers(0, len(content)), max_size=6))):
+        with open(shard, "ab") as fh:
+            fh.write(content[done:cut])
+        done = max(done, cut)
+        builder.checkpoint()
+    with open(shard, "ab") as fh:
+        fh.write(content[done:])
+    assert shard.read_bytes() == content
+    assert (main(["ls", str(folder)]), capsys.readouterr()) == bare
+    index_path(shard).unlink(missing_ok=True)
     # ls reads lean (started records that a finished one covers are not parsed): same typed fields.
     full = {r.capture: _typed(r) for r in manifest.ManifestReader(folder)}
     lean = {r.capture: _typed(r) for r in manifest.ManifestReader(folder, lean=True)}
