@@ -117,7 +117,7 @@ def _ticks(span: float) -> float:
 
 def _timeline(records: Sequence[CaptureRecord], palette: dict[str, str], empty: set[str],
               names: dict[tuple[str, ...], str]) -> str:
-    timed = [r for r in records if r.begin]
+    timed = [r for r in records if r.begin and math.isfinite(r.begin) and math.isfinite(r.end_time or r.begin)]
     if not timed:
         return "<p class=note>no captures with a time</p>"
     rows = names
@@ -125,8 +125,10 @@ def _timeline(records: Sequence[CaptureRecord], palette: dict[str, str], empty: 
     # Room for the longest row name (about 7 px a character at the label's 12 px font).
     left = min(max(_LEFT, 16 + 7 * max(len(name) for name in rows.values())), 420)
     t0 = min(r.begin for r in timed)
-    t1 = max(max((r.end_time or r.begin) for r in timed), t0 + 1e-3)
-    scale = (_WIDTH - left - 20) / (t1 - t0)
+    # At least a millisecond (even where times are too large for a millisecond to change them),
+    # and finite (two finite times can be further apart than a float holds).
+    span = min(max(max((r.end_time or r.begin) for r in timed) - t0, 1e-3), 1e300)
+    scale = (_WIDTH - left - 20) / span
     # Lanes: captures of one process that overlap in time (threads of one worker) stack.
     lanes: dict[str, int] = {}
     lane_count: dict[tuple[str, ...], int] = defaultdict(lambda: 1)
@@ -164,11 +166,11 @@ def _timeline(records: Sequence[CaptureRecord], palette: dict[str, str], empty: 
                    f'height="{height - _TOP + 12}" fill="#f2f2f5"/><text x="{x + 2:.1f}" y="{_TOP - 5}" '
                    f'class=steplabel>step {s}</text></g>')
     # Axis.
-    tick = _ticks(t1 - t0)
+    tick = _ticks(span)
     svg.append(f'<g class=axis><line x1="{left}" y1="{height - 4}" x2="{_WIDTH - 20}" y2="{height - 4}" '
                f'stroke="#999"/>')
     k = 0
-    while k * tick <= (t1 - t0) + 1e-12:
+    while k * tick <= span + 1e-12:
         x = left + k * tick * scale
         svg.append(f'<line x1="{x:.1f}" y1="{_TOP - 20}" x2="{x:.1f}" y2="{height - 4}" stroke="#e3e3e8"/>'
                    f'<text x="{x:.1f}" y="12" text-anchor=middle class=tick>{_secs(k * tick)}</text>')

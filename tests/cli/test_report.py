@@ -137,3 +137,19 @@ def test_report_marks_the_straggler_of_a_known_run(tmp_path: Path) -> None:
     assert row is not None
     widths = dict(re.findall(r'data-role="([^"]+)" style="width:([0-9.]+)%', row.group(1)))
     assert abs(float(widths["actor_update"]) - 100 * 0.48 / 0.98) < 0.01
+
+
+def test_a_run_dated_far_in_the_future_still_gets_a_report(run_dir: Path, tmp_path: Path) -> None:
+    """Times so large that a millisecond is below their float resolution (a retyped or damaged
+    ``start_time``) still draw a timeline: the span never collapses to zero."""
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    for shard in (copy / ".profctx").glob("*.jsonl"):
+        lines = shard.read_text(encoding="utf-8").splitlines()
+        shard.write_text("".join(re.sub(r'"(start_time|end_time|time)": ?[0-9.e+]+', r'"\1": 1.76e13', line) + "\n"
+                                 for line in lines), encoding="utf-8")
+    for index in (copy / ".profctx").glob("*.index"):
+        index.unlink()
+    out = tmp_path / "r.html"
+    assert main(["report", str(copy), "-o", str(out)]) in (0, 1)
+    assert "<svg id=timeline" in out.read_text(encoding="utf-8")
