@@ -156,36 +156,24 @@ def off_path(number: int, repeat: int) -> list[Row]:
         t, base = paired("with profile_step(2): pass", env, number // 10, repeat)
         rows.append(("`with profile_step(step)`, out of window", t, t / base, "<= 25"))
 
-        # An in-window step on a rank the config does not select: the gate opens, no switch does.
-        profctx.configure(steps=[5], ranks=[0], rank=1, world_size=2, save_path=tmp, tool="noop", warmup=False)
-        with profctx.profile_step(5):
-            base = ns("bare()", env, number, repeat)
-            t = ns("decorated()", env, number, repeat)
-            rows.append(("@profiled function, in-window step, rank not selected", t, t / base, "<= 4"))
-            t = ns("m.decorated_method()", env, number, repeat)
-            base_m = ns("m.method()", env, number, repeat)
-            rows.append(("@profiled `obj.m()`, in-window step, rank not selected", t, t / base_m, "<= 4"))
-        # An in-window step capture whose role filter leaves this role out: no range, the switch is off.
-        profctx.configure(steps=[5], roles=["rollout"], save_path=tmp, tool="noop", warmup=False)
-        with profctx.profile_step(5):
-            base = ns("bare()", env, number, repeat)
-            t = ns("decorated()", env, number, repeat)
-            rows.append(("@profiled function, in-window step (step mode), role filtered out", t, t / base, "<= 4"))
-            t = ns("m.decorated_method()", env, number, repeat)
-            base_m = ns("m.method()", env, number, repeat)
-            rows.append(("@profiled `obj.m()`, in-window step (step mode), role filtered out", t, t / base_m,
-                         "<= 4"))
-        # The same in role mode: the role only joins the scope (a role it holds may open a capture
-        # whose path names it), so the switch stays on.
-        profctx.configure(steps=[5], mode="role", roles=["rollout"], save_path=tmp, tool="noop", warmup=False)
-        with profctx.profile_step(5):
-            base = ns("bare()", env, number, repeat)
-            t = ns("decorated()", env, number, repeat)
-            rows.append(("@profiled function, in-window step (role mode), role filtered out", t, t / base, "<= 4"))
-            t = ns("m.decorated_method()", env, number, repeat)
-            base_m = ns("m.method()", env, number, repeat)
-            rows.append(("@profiled `obj.m()`, in-window step (role mode), role filtered out", t, t / base_m,
-                         "<= 4"))
+        # In-window steps where this call captures nothing: a rank the config does not select (the
+        # gate opens, no switch does); a step capture whose role filter leaves the role out (no
+        # range: the switch is off); the same in role mode, where the role only joins the scope
+        # (a role it holds may open a capture whose path names it), so the switch stays on.
+        cases = [
+            (", rank not selected", {"ranks": [0], "rank": 1, "world_size": 2}),
+            (" (step mode), role filtered out", {"roles": ["rollout"]}),
+            (" (role mode), role filtered out", {"mode": "role", "roles": ["rollout"]}),
+        ]
+        for label, fields in cases:
+            profctx.configure(steps=[5], save_path=tmp, tool="noop", warmup=False, **fields)
+            with profctx.profile_step(5):
+                base = ns("bare()", env, number, repeat)
+                t = ns("decorated()", env, number, repeat)
+                rows.append((f"@profiled function, in-window step{label}", t, t / base, "<= 4"))
+                t = ns("m.decorated_method()", env, number, repeat)
+                base_m = ns("m.method()", env, number, repeat)
+                rows.append((f"@profiled `obj.m()`, in-window step{label}", t, t / base_m, "<= 4"))
         profctx.reset()
     return rows
 
