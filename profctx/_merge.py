@@ -31,6 +31,7 @@ import zlib
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -92,6 +93,10 @@ class MergeResult:
     runs: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     approximate: list[str] = field(default_factory=list)
+
+
+#: An event's phase, pid and tid (``KeyError`` if one is missing).
+_PH_PID_TID: Final = itemgetter("ph", "pid", "tid")
 
 
 def _process_order(record: CaptureRecord) -> tuple[Any, ...]:
@@ -188,9 +193,14 @@ class _Sink:
     def events(self, events: list[Any]) -> None:
         if not events:
             return
-        body = _dumps(events)[1:-1]  # "[a,b]" -> "a,b": one C call for the whole batch
+        self.copy(_dumps(events)[1:-1], len(events))  # "[a,b]" -> "a,b": one C call for the whole batch
+
+    def copy(self, body: bytes, count: int) -> None:
+        """Write ``count`` events given as their JSON text, separated by commas (no brackets)."""
+        if not count:
+            return
         self.write(b",\n" + body if self.count else body)
-        self.count += len(events)
+        self.count += count
 
     def close(self) -> None:
         """Finish the stream (wait for the compressing thread); raise what it met."""
@@ -422,7 +432,11 @@ def _merge_one(
                 if mapper.shift_us is None:
                     mapper.shift_us = _shift(item, meta, out_base_ns, result)
                 kept = mapper.remap(value)
-                sink.events(kept)
+                raw = stream.raw
+                if mapper.untouched and raw is not None:
+                    sink.copy(raw, len(kept))  # the batch's own bytes: nothing to serialise again
+                else:
+                    sink.events(kept)
                 count += len(kept)
                 progress(stream.consumed)
     except (TraceFormatError, OSError) as exc:
@@ -457,6 +471,8 @@ class _Mapper:
         self.processes = processes
         self.label = label
         self.pids: dict[Any, _Process] = {}
+        #: Whether :meth:`remap` returned its batch exactly as read (no event rewritten or left out).
+        self.untouched = False
         self.shift_us: float | None = None
 
     def _process(self, key: Any) -> _Process:
@@ -497,6 +513,7 @@ class _Mapper:
         whose ids alone change) is recognised by a few passes in C, without a Python loop
         over every event: that loop was most of a merge's time.
         """
+        self.untouched = False
         if self._plain(events):
             return events
         shift = self.shift_us or 0.0
@@ -545,11 +562,18 @@ class _Mapper:
         if self.shift_us or not events:
             return False
         try:
-            phases = set(map(dict.get, events, repeat("ph")))
-            pids = set(map(dict.get, events, repeat("pid")))
-            tids = set(map(dict.get, events, repeat("tid")))
-        except TypeError:  # an element that is not a dict
-            return False
+            # One pass when every event has the three keys (a torch trace's do): a few distinct triples.
+            triples = set(map(_PH_PID_TID, events))
+            phases = {t[0] for t in triples}
+            pids = {t[1] for t in triples}
+            tids = {t[2] for t in triples}
+        except (KeyError, TypeError):  # a key missing, an element that is not a dict, or an unhashable value
+            try:
+                phases = set(map(dict.get, events, repeat("ph")))
+                pids = set(map(dict.get, events, repeat("pid")))
+                tids = set(map(dict.get, events, repeat("tid")))
+            except TypeError:
+                return False
         if len(pids) != 1 or None in phases or "M" in phases:
             return False
         pid = next(iter(pids))
@@ -565,7 +589,9 @@ class _Mapper:
         for number in known:
             if number not in threads:
                 threads[number] = number
-        if not _ID_PHASES.isdisjoint(phases):
+        if _ID_PHASES.isdisjoint(phases):
+            self.untouched = True
+        else:
             for event in events:
                 if event["ph"] in _ID_PHASES:
                     self._flow_ids(event)

@@ -77,6 +77,10 @@ class TraceStream:
         self._eof = False
         self._damage: str | None = None
         self._consumed = 0
+        #: The JSON text of the event batch :meth:`batches` yielded last (its events separated by
+        #: commas, no brackets) when it was parsed from one slice, else ``None``: the bytes a
+        #: writer can copy for a batch it leaves unchanged.
+        self.raw: bytes | None = None
 
     @property
     def consumed(self) -> int:
@@ -158,7 +162,9 @@ class TraceStream:
                 continue
             if not self._eof and len(self._buf) - self._pos < 2 * CHUNK and self._fill():
                 continue  # too little buffered to hold a boundary: read on
-            yield [self._value()]
+            single = [self._value()]
+            self.raw = None
+            yield single
 
     def _bulk(self) -> list[Any] | None:
         """Parse the events from the position up to the last element boundary in the buffer."""
@@ -169,8 +175,9 @@ class TraceStream:
             cut = _boundary(buf, start, end)
             if cut < 0:
                 return None
+            text = buf[start:cut]
             try:
-                batch = _loads(b"[" + buf[start:cut] + b"]")
+                batch = _loads(b"[" + text + b"]")
             except _ParseError as exc:
                 # Try a boundary before where the parse failed (past the "["): a cut inside a
                 # string fails near the cut, damaged data where it is, so valid events before
@@ -181,6 +188,7 @@ class TraceStream:
             if not isinstance(batch, list):  # pragma: no cover - "[" ... "]" parses to a list
                 return None
             self._pos = cut + 1
+            self.raw = text
             return batch
         return None
 

@@ -376,3 +376,21 @@ def test_a_damaged_gzip_trace_reads_in_batches_up_to_the_damage(tmp_path: Path) 
     assert 10_000 < len(seen) < 60_000
     assert seen == events[: len(seen)]  # a clean prefix
     assert batches < 100  # read in bulk up to the damage, not one event per batch
+
+
+def test_merge_keeps_every_event_it_need_not_rewrite_exactly_as_written(tmp_path: Path) -> None:
+    """Events that need no change (kept pid, int tids, no clock shift, no flow) reach the merged
+    trace as they were, whatever their strings, numbers and nested args hold."""
+    odd = ["ü ß 漢字", "quote \" and backslash \\\\", "line\u2028sep", "tab\tnew\nline", "\x00 nul", "emoji 🎉"]
+    events: list[dict[str, Any]] = [{"ph": "M", "name": "process_name", "pid": 5, "tid": 0, "args": {"name": "w"}}]
+    for i in range(6000):
+        events.append({"ph": "X", "cat": "cpu_op", "name": f"aten::op{i % 7} {odd[i % len(odd)]}", "pid": 5,
+                       "tid": 1 + i % 2, "ts": 10.0 + i, "dur": 0.25,
+                       "args": {"Input Dims": [[i, 2], [], [[1]]], "big": 2**62 + i, "neg": -1.5e-7, "none": None,
+                                "flag": i % 2 == 0, odd[i % len(odd)]: {"nested": [odd[(i + 1) % len(odd)]]}}})
+    run = _fake_run(tmp_path, {"a.json": ({"events": events, "head": {"baseTimeNanoseconds": 10**18}}, 1e9)})
+    out = tmp_path / "m.json"
+    assert main(["merge", str(run), "--step", "4", "-o", str(out)]) == 0
+    trace = json.loads(out.read_text(encoding="utf-8"))
+    assert problems(trace) == []
+    assert [e for e in trace["traceEvents"] if e.get("cat") == "cpu_op"] == events[1:]
