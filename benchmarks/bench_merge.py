@@ -127,6 +127,11 @@ def main() -> None:
     here = str(Path(__file__).resolve().parent.parent)
     merge_s, merge_mb, _, merge_cpu = measure([sys.executable, "-m", "profctx", "merge", str(folder), "--step", "1",
                                     "-o", str(out), "--no-progress"], env={**os.environ, "PYTHONPATH": here})
+    # The same merge written as plain JSON: like the baseline, no output compression.
+    plain = folder / "merged.trace.json"
+    plain_s, plain_mb, _, plain_cpu = measure(
+        [sys.executable, "-m", "profctx", "merge", str(folder), "--step", "1", "-o", str(plain), "--no-progress"],
+        env={**os.environ, "PYTHONPATH": here})
     floor_mb = _floor_peak()
     rows = [
         ("inputs", f"{len(traces)} traces, {sum(sizes) / 1e6:.0f} MB JSON ({events.strip()} events), "
@@ -137,9 +142,14 @@ def main() -> None:
         ("json.load one file at a time", f"{one_s:.1f} s ({one_cpu:.2f} s CPU), peak RSS {one_mb:.0f} MB"),
         ("profctx merge", f"{merge_s:.1f} s ({merge_cpu:.2f} s CPU), peak RSS {merge_mb:.0f} MB "
                           f"({merge_mb / largest:.2f}x largest); output {out.stat().st_size / 1e6:.1f} MB gzipped"),
+        ("profctx merge -o merged.trace.json (no gzip)",
+         f"{plain_s:.1f} s ({plain_cpu:.2f} s CPU), peak RSS {plain_mb:.0f} MB; "
+         f"output {plain.stat().st_size / 1e6:.1f} MB"),
         ("interpreter + profctx.cli import", f"peak RSS {floor_mb:.0f} MB"),
         ("merge time / json.load one at a time", f"**{merge_s / one_s:.2f}** (target <= 0.5); "
                                                  f"CPU time: {merge_cpu / one_cpu:.2f}"),
+        ("merge to plain JSON / json.load one at a time", f"**{plain_s / one_s:.2f}**; CPU time: "
+                                                          f"{plain_cpu / one_cpu:.2f}"),
         ("merge time / gunzip only", f"{merge_s / zcat_s:.1f}"),
     ]
     if old_s is not None and old_mb is not None:
@@ -152,7 +162,7 @@ def main() -> None:
         print(f"| {what} | {result} |")
     print(json.dumps({"largest_mb": largest, "merge_peak_mb": merge_mb, "load_peak_mb": load_mb,
                       "merge_s": merge_s, "load_s": load_s, "load_one_s": one_s, "zcat_s": zcat_s,
-                      "floor_mb": floor_mb, "old_s": old_s}))
+                      "floor_mb": floor_mb, "old_s": old_s, "plain_s": plain_s}))
 
 
 def _floor_peak() -> float:
