@@ -310,6 +310,7 @@ while True:
         with profctx.profile_step(role="actor_update"):
             pass
     if step == 300:
+        profctx.flush()  # the captures' finished records are written on the writer's thread: wait for them
         print("ready", flush=True)
 """
 
