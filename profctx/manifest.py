@@ -473,6 +473,7 @@ class ManifestReader:
         parsed: list[dict[str, Any] | None] = [None] * len(lines)
         started: list[tuple[int, bytes]] = []
         covered: dict[str, int] = {}  # capture id -> index of its last finished record holding start_time
+        earliest: dict[str, int] = {}  # capture id -> index of its first parsed record
         for index, line in enumerate(lines):
             # The writer's compact JSON: inside a string every quote is escaped, so this is a key.
             # A line cut short (no closing brace) is parsed, so that it is reported as damaged.
@@ -482,14 +483,21 @@ class ManifestReader:
             record = parsed[index] = self._parse(name, index + first, line)
             # Only a finished record repeats the started one's keys (a record of another event
             # may finish the capture too, but then the started one must be read).
-            if record is not None and "start_time" in record and record.get("event") == "finished":
+            if record is not None:
                 key = record.get("capture")
                 if type(key) is str:
-                    covered[key] = index
+                    earliest.setdefault(key, index)
+                    if "start_time" in record and record.get("event") == "finished":
+                        covered[key] = index
+        # A started record restarts its capture: skipped, the finished one after it would merge
+        # into what an earlier record of the capture left (a whole read starts afresh from it).
+        restarted: set[str] = set()
         for index, line in started:
             key = _capture_id(line)
-            if key is None or covered.get(key, -1) < index:
+            if key is None or covered.get(key, -1) < index or earliest.get(key, index) < index or key in restarted:
                 parsed[index] = self._parse(name, index + first, line)
+            if key is not None:
+                restarted.add(key)
         return parsed
 
     def shard_processes(self) -> Iterator[tuple[str, str | None, int | None, str | None]]:
