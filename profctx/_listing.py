@@ -59,8 +59,9 @@ def seconds(s: float | None) -> str:
     """Return a duration in seconds as ``850 ms`` or ``2.41 s``, or ``-``."""
     if s is None:
         return "-"
-    # round() formats faster than a float format and rounds the same way (half to even).
-    return f"{round(s * 1000)} ms" if s < 1 else f"{s:.2f} s"
+    # round() formats faster than a float format and rounds the same way (half to even); it
+    # cannot take an infinity, which a damaged duration times 1000 can overflow to.
+    return f"{round(s * 1000)} ms" if -1e300 < s < 1 else f"{s:.2f} s"
 
 
 def steps_text(record: CaptureRecord) -> str:
