@@ -133,3 +133,30 @@ def test_a_started_record_between_two_finishing_ones_is_read_by_the_lean_reader(
     full = [_typed(r) for r in manifest.ManifestReader(tmp_path)]
     lean = [_typed(r) for r in manifest.ManifestReader(tmp_path, lean=True)]
     assert lean == full and full[0][0] == "open"
+
+
+def test_a_capture_started_again_after_a_record_of_it_is_read_by_the_lean_reader(tmp_path: Path) -> None:
+    # Found by the fuzz test above: a finished record (with a key the writer's records lack), then
+    # the capture started and finished again. A whole read starts afresh at the started record;
+    # the lean reader must read it too, not merge the last record into the first.
+    base = {"v": 1, "run": "r", "capture": "c1", "kind": "role", "steps": [1], "role": "a", "start_time": 1.0}
+    records = [{**base, "event": "finished", "status": "ok", "end_time": 2.0, "engine": "odd"},
+               {**base, "event": "started", "start_time": 3.0},
+               {**base, "event": "finished", "status": "ok", "start_time": 3.0, "end_time": 4.0}]
+    (tmp_path / ".profctx").mkdir()
+    (tmp_path / ".profctx" / "r.rank0-of-1.h.1.jsonl").write_bytes(
+        b"\n".join(json.dumps(r, separators=(",", ":")).encode() for r in records))
+    full = [_typed(r) for r in manifest.ManifestReader(tmp_path)]
+    lean = [_typed(r) for r in manifest.ManifestReader(tmp_path, lean=True)]
+    assert lean == full and full[0][10] is None
+
+
+def test_a_duration_too_large_for_milliseconds_is_listed(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    # Found by the fuzz test above: a duration of -1.8e305 s overflowed to -inf in milliseconds.
+    record = {"v": 1, "run": "r", "capture": "c1", "kind": "role", "steps": [1], "role": "a", "event": "finished",
+              "status": "ok", "start_time": 1.0, "end_time": 2.0, "duration_s": -1.797693134862316e305}
+    (tmp_path / ".profctx").mkdir()
+    (tmp_path / ".profctx" / "r.rank0-of-1.h.1.jsonl").write_text(json.dumps(record) + "\n")
+    assert main(["ls", str(tmp_path)]) == 0
+    assert "1 captures" in capsys.readouterr().out
