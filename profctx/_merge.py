@@ -30,7 +30,6 @@ import threading
 import zlib
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
 from operator import itemgetter
 from pathlib import Path
 from typing import IO, Any, Final
@@ -191,8 +190,6 @@ class _Sink:
             self.raw.write(data)
 
     def events(self, events: list[Any]) -> None:
-        if not events:
-            return
         self.copy(_dumps(events)[1:-1], len(events))  # "[a,b]" -> "a,b": one C call for the whole batch
 
     def copy(self, body: bytes, count: int) -> None:
@@ -562,18 +559,13 @@ class _Mapper:
         if self.shift_us or not events:
             return False
         try:
-            # One pass when every event has the three keys (a torch trace's do): a few distinct triples.
+            # One pass; a batch is a few distinct (phase, pid, tid) triples.
             triples = set(map(_PH_PID_TID, events))
-            phases = {t[0] for t in triples}
-            pids = {t[1] for t in triples}
-            tids = {t[2] for t in triples}
-        except (KeyError, TypeError):  # a key missing, an element that is not a dict, or an unhashable value
-            try:
-                phases = set(map(dict.get, events, repeat("ph")))
-                pids = set(map(dict.get, events, repeat("pid")))
-                tids = set(map(dict.get, events, repeat("tid")))
-            except TypeError:
-                return False
+        except (KeyError, TypeError):  # a key missing (the loop then rewrites), not a dict, or unhashable
+            return False
+        phases = {t[0] for t in triples}
+        pids = {t[1] for t in triples}
+        tids = {t[2] for t in triples}
         if len(pids) != 1 or None in phases or "M" in phases:
             return False
         pid = next(iter(pids))

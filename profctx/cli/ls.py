@@ -104,14 +104,11 @@ def _listed(reader: ManifestReader, name: str, found: Indexed, pending: dict[str
     again, whose record the shard's last word makes. Captures without an id come first (the index's,
     then the tail's), as they would reading the shard whole.
     """
-    rows: list[Sequence[Any]] = found.rows
-    if found.loose:
-        rows = found.loose + rows
     lines = found.open
     if not found.tail and not lines:
         finished.update(found.ids)
         reader.damaged.extend(found.damaged)
-        return rows
+        return found.loose + found.rows if found.loose else found.rows
     if found.tail:
         lines = [*lines, *found.tail.splitlines()]
     count = len(reader.damaged)
@@ -130,9 +127,7 @@ def _listed(reader: ManifestReader, name: str, found: Indexed, pending: dict[str
     for raw in reader.merge_records(parsed, pending, finished):
         key = raw.get("capture")
         (last if type(key) is str and key else first).append(fast_row(raw))
-    if first:
-        rows = found.loose + first + found.rows
-    return rows + last if last else rows
+    return [*found.loose, *first, *found.rows, *last]
 
 
 def _table(args: argparse.Namespace, rows_in: Iterable[Sequence[Any]], damaged: list[str]) -> int:
