@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import threading
 import weakref
 from contextvars import ContextVar, Token
@@ -10,6 +11,7 @@ from typing import Any, final
 
 from ._api import configure_from_environment
 from ._capture import Capture, Range
+from ._errors import ConfigError
 from ._owner import OWNER
 from ._runtime import Opened, Runtime
 from ._scope import ROOT, SCOPE, Scope, Unfrozen, ambient, merge_tags, role_parts
@@ -33,7 +35,7 @@ class Session:
     __slots__ = ("__weakref__", "_guard", "context", "opened", "runtime", "scope", "sets_role", "sets_step")
 
     def __init__(self, parent: Scope, step: int | None, role: str | None, tags: dict[str, Any]) -> None:
-        check(step, role)
+        step = check(step, role)
         #: The capture enclosing blocks record into: the task's, else the held step's.
         self.context: Capture | None = CONTEXT.get()
         held = OWNER.held
@@ -283,12 +285,30 @@ def leave_role(token: Token[Scope]) -> None:
     SCOPE.reset(token)
 
 
-def check(step: int | None, role: str | None) -> None:
-    """Raise ``ValueError`` for a step or role a block cannot take."""
-    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
-        raise ValueError(f"step: {step!r} is not valid; a step is an integer >= 0 or None")
+def check(step: Any, role: Any) -> int | None:
+    """Return ``step`` as an ``int`` (or ``None``); raise :class:`ConfigError` for a step or role a block cannot take.
+
+    A step is what ``operator.index`` accepts (``int``, numpy integers, 0-d integer tensors),
+    0 or more; ``bool`` is refused (a flag passed where the step goes). A string where the step
+    goes is taken for a role and the error says to write ``role=``.
+    """
     if role is not None and not isinstance(role, str):
-        raise ValueError(f"role: {role!r} is not valid; a role is a string such as 'rollout'")
+        raise ConfigError("role", role, "a role is a string such as 'rollout'")
+    if step is None or (type(step) is int and step >= 0):
+        return step
+    if isinstance(step, str):
+        raise ConfigError("step", step, f"a step is an integer >= 0; to name a role write profile_step(role={step!r})")
+    if isinstance(step, bool):
+        raise ConfigError("step", step, "a step is an integer >= 0, not a bool")
+    try:
+        value = operator.index(step)
+    except TypeError:
+        raise ConfigError(
+            "step", step, "a step is an integer >= 0 (int, numpy integer or 0-d integer tensor) or None"
+        ) from None
+    if value < 0:
+        raise ConfigError("step", step, "a step is an integer >= 0 or None")
+    return value
 
 
 @final
@@ -327,7 +347,8 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
             if (step is not None and (type(step) is not int or step < 0)) or (
                 role is not None and type(role) is not str
             ):
-                check(step, role)  # raises, or lets an int or str subclass through
+                # Raises, or returns a numpy/tensor integer as an int (an int or str subclass passes through).
+                step = self._step = check(step, role)
             # Nothing can open without a runtime, nor out of the window when no stop is pending
             # (``rt.deferred``) and no contiguous run waits for a step block to close it
             # (``rt.run``): only the ambient scope changes (no Session). Most blocks of a run take

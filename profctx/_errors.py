@@ -31,9 +31,18 @@ class ConfigError(ValueError):
         self.allowed = allowed
         super().__init__(f"{field}: {_SHORT.repr(value)} is not valid; {allowed}")
 
+    def __reduce__(self) -> tuple[type[ConfigError], tuple[str, object, str]]:
+        # Crosses processes whole (Ray, multiprocessing): ValueError's pickling calls __init__ with the message.
+        return (ConfigError, (self.field, self.value, self.allowed))
+
 
 class ProfilingError(RuntimeError):
     """Raise for a run-time profiling failure when ``on_error="raise"`` is configured."""
+
+
+# Shown as ``profctx.ConfigError`` in tracebacks and reprs: the name users import and catch (it pickles by that name).
+ConfigError.__module__ = "profctx"
+ProfilingError.__module__ = "profctx"
 
 
 def one_of(choices: Iterable[str]) -> str:
