@@ -41,12 +41,17 @@ from .manifest import DRIVER, CaptureRecord, process_names
 try:
     import orjson as _orjson
 
+    #: Whether a batch the reader parsed in one slice holds only finite numbers (orjson refuses
+    #: ``NaN``, ``Infinity`` and numbers beyond a double; the standard library reads them).
+    _FINITE_BATCHES = True
+
     def _dumps(value: Any) -> bytes:
         try:
             return _orjson.dumps(value, default=str)
         except TypeError:  # a string orjson refuses (lone surrogate from a damaged file)
             return json.dumps(value, default=str, separators=(",", ":")).encode()
 except ImportError:  # pragma: no cover - exercised when the extra is absent
+    _FINITE_BATCHES = False
 
     def _dumps(value: Any) -> bytes:
         return json.dumps(value, default=str, separators=(",", ":")).encode()
@@ -92,6 +97,8 @@ class MergeResult:
     runs: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     approximate: list[str] = field(default_factory=list)
+    #: Inputs with events left out because their ``ts`` or ``dur`` is not a finite number.
+    dropped: list[str] = field(default_factory=list)
 
 
 #: An event's phase, pid and tid (``KeyError`` if one is missing).
@@ -420,6 +427,7 @@ def _merge_one(
     mapper = _Mapper(index, owner, record, processes, labels[record.process])
     meta: dict[str, Any] = {}
     count = 0
+    damaged = 0
     try:
         with TraceStream(item.path) as stream:
             for key, value in stream.batches():
@@ -428,8 +436,13 @@ def _merge_one(
                     continue
                 if mapper.shift_us is None:
                     mapper.shift_us = _shift(item, meta, out_base_ns, result)
-                kept = mapper.remap(value)
                 raw = stream.raw
+                if not (_FINITE_BATCHES and raw is not None):
+                    finite = _finite(value)
+                    if len(finite) != len(value):
+                        damaged += len(value) - len(finite)
+                        value, raw = finite, None
+                kept = mapper.remap(value)
                 if mapper.untouched and raw is not None:
                     sink.copy(raw, len(kept))  # the batch's own bytes: nothing to serialise again
                 else:
@@ -439,6 +452,9 @@ def _merge_one(
     except (TraceFormatError, OSError) as exc:
         result.problems.append(str(exc))
         source["error"] = str(exc)
+    if damaged:
+        result.dropped.append(f"{item.path}: {damaged} event(s) whose ts or dur is not a finite number left out")
+        source["dropped"] = damaged
     main = mapper.main()
     if record.start_time and record.end_time:
         role = record.role or "step"
@@ -455,6 +471,20 @@ def _merge_one(
     source["pids"] = sorted({p.pid for p in mapper.pids.values()})
     source["events"] = count
     return source
+
+
+def _finite(events: list[Any]) -> list[Any]:
+    """Return ``events`` less those that cannot be placed in time: a ``ts`` or ``dur`` that is NaN or infinite.
+
+    Metadata events are kept (the merge sets their ``ts`` to 0).
+    """
+    return [event for event in events
+            if type(event) is not dict or event.get("ph") == "M"
+            or not (_non_finite(event.get("ts")) or _non_finite(event.get("dur")))]
+
+
+def _non_finite(value: Any) -> bool:
+    return type(value) is float and not math.isfinite(value)
 
 
 class _Mapper:

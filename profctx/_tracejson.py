@@ -15,6 +15,7 @@ Everything outside the array (metadata keys, before or after it) is decoded valu
 from __future__ import annotations
 
 import json
+import math
 import os
 import zlib
 from collections.abc import Callable, Iterator
@@ -326,6 +327,7 @@ def header(path: str | os.PathLike[str]) -> tuple[dict[str, Any], float | None]:
                 continue
             for event in value:
                 ts = event.get("ts") if isinstance(event, dict) else None
-                if isinstance(ts, (int, float)) and event.get("ph") != "M" and (first is None or ts < first):
+                if (isinstance(ts, (int, float)) and math.isfinite(ts) and event.get("ph") != "M"
+                        and (first is None or ts < first)):
                     first = float(ts)
     return meta, first

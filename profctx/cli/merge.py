@@ -78,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
         print(style(f"note: {note}", "dim"))
     for path in result.approximate:
         print(style(f"note: {path} has no clock base; aligned its first event to the capture's start time", "yellow"))
+    for line in result.dropped:
+        print(style(f"note: {line} (a damaged event; every other event kept)", "yellow"))
     for problem in result.problems:
         print(style(f"problem: {problem}", "red"), file=sys.stderr)
     return FINDINGS if result.problems else OK
