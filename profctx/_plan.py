@@ -143,7 +143,7 @@ class Actions:
     In order at entry: ``close_run`` (end the open contiguous capture), ``open`` (start a
     capture; ``keep_run``: it becomes the contiguous capture), ``ranges`` (named ranges in the
     capture this block records into; ``marker``: the top range of what the block opens —
-    ``step N`` for a step, the role's name for a role capture), ``engines`` (start attached
+    ``ProfilerStep#N`` for a step, the role's name for a role capture), ``engines`` (start attached
     engines), ``workers`` (tell the driver's worker groups the step began: every in-window step
     block, whatever this process itself captures). At exit, in reverse: workers leave the step,
     engines stop, ranges close, the opened capture ends (``close_run_at_exit``: the contiguous
@@ -187,9 +187,18 @@ class Actions:
 NOTHING: Actions = Actions()
 
 
+#: Prefix of the range that marks a global step: torch's own name (``torch.profiler.schedule``
+#: draws ``ProfilerStep#N``), so TensorBoard's profiler plugin and HTA find the step in the trace.
+STEP_MARKER_PREFIX = "ProfilerStep#"
+#: Trace metadata key under which a backend lists the ranges profctx drew in that trace:
+#: ``{"version": 1, "roles": [role range names], "steps": [step marker names]}``. The analysis
+#: takes roles from these ranges only; the user's and torch's own ranges are operators.
+RANGES_KEY = "profctxRanges"
+
+
 def step_range(step: int) -> str:
-    """Return the name of the range marking ``step`` inside a step capture."""
-    return f"step {step}"
+    """Return the name of the range marking ``step`` in a capture (``ProfilerStep#3``), in every backend."""
+    return f"{STEP_MARKER_PREFIX}{step}"
 
 
 def decide(policy: Policy, event: Enter) -> Actions:
@@ -197,7 +206,7 @@ def decide(policy: Policy, event: Enter) -> Actions:
 
     Rules (docs/concepts.md, "What is captured"): out of the window nothing opens, and a step
     block leaving the contiguous run closes it. Step mode: a step block on a selected rank
-    opens a capture of its step (or joins/opens the contiguous run) with a ``step N`` range;
+    opens a capture of its step (or joins/opens the contiguous run) with a ``ProfilerStep#N`` range;
     a role block inside a live capture is a range when it matches the role filter. Role
     mode: a matching role with no capture around it opens one (the role is its top range);
     roles inside a live capture are ranges. Engines start for roles matching

@@ -153,9 +153,9 @@ def test_the_oracle_sees_a_retried_step_as_one_more_capture() -> None:
     blocks = (RoleBlock("rollout", (RoleBlock("gen"),)),)
     expected = expected_captures(config, [2, 3, 3, 4, 9], blocks)
     assert planned(expected) == [
-        ("step", (3,), None, "ok", ["gen"], ["step 3"]),
-        ("step", (3,), None, "ok", ["gen"], ["step 3"]),
-        ("step", (4,), None, "ok", ["gen"], ["step 4"]),
+        ("step", (3,), None, "ok", ["gen"], ["ProfilerStep#3"]),
+        ("step", (3,), None, "ok", ["gen"], ["ProfilerStep#3"]),
+        ("step", (4,), None, "ok", ["gen"], ["ProfilerStep#4"]),
     ]
     assert seen(run_real(config, [2, 3, 3, 4, 9], blocks)) == planned(expected)
 
@@ -166,8 +166,8 @@ def test_the_oracle_keeps_a_contiguous_capture_open_across_a_retry() -> None:
     steps = [3, 4, 4, 5, 3]
     expected = expected_captures(config, steps, blocks)
     assert planned(expected) == [
-        ("step", (3, 4, 5), None, "ok", ["train"] * 4, ["step 3", "step 4", "step 4", "step 5"]),
-        ("step", (3, 4, 5), None, "ok", ["train"], ["step 3"]),
+        ("step", (3, 4, 5), None, "ok", ["train"] * 4, ["ProfilerStep#3", "ProfilerStep#4", "ProfilerStep#4", "ProfilerStep#5"]),
+        ("step", (3, 4, 5), None, "ok", ["train"], ["ProfilerStep#3"]),
     ]
     assert seen(run_real(config, steps, blocks)) == planned(expected)
 

@@ -132,7 +132,7 @@ def test_no_record_function_outside_a_live_capture(tmp_path: Path, monkeypatch: 
     profctx.configure(steps=[5], save_path=tmp_path)
     with profctx.profile_step(5), profctx.profile_step(role="rollout"):
         work(1)
-    assert calls == ["step 5", "rollout"]  # the step marker, then the role
+    assert calls == ["ProfilerStep#5", "rollout"]  # the step marker, then the role
 
 
 def test_cuda_asked_for_without_cuda_is_noted(tmp_path: Path) -> None:

@@ -4,8 +4,15 @@ Definitions (also in ``docs/analysis.md``):
 
 - A *process* is one worker process (host and pid, with its group and rank) or one engine
   replica; never a bare rank number, which several processes may share.
-- The *time of a role in a step on a process* is the capture's duration in role mode, or
-  the total of the role's outermost ranges in a step-mode capture.
+- A *role* is one of the ranges profctx drew (the trace lists them), the outermost on its
+  thread; the user's and torch's own ranges are operators. Its *step* is that of the
+  ``ProfilerStep#N`` marker it lies in (a contiguous capture is split by step).
+- The *time of a role in a step on a process* is the total duration of its ranges in that step,
+  in every mode; the capture's own start and stop (its wall time less its step markers) is the
+  capture's *overhead*, apart. A role capture whose trace holds no range of the role (another
+  producer), and an engine capture, keep the capture's duration (``time_from: "capture"``).
+- *No-operator time*: the part of a role's ranges that no operator on their thread covers
+  (host waits, sleeps, Python between operators).
 - The *time of a role in a step* is the maximum over processes (ranks run a role together and
   the slowest sets the pace); its *share* is that time over the sum of every role's time.
 - A *straggler* is the process whose time exceeds the median over processes by more than
@@ -33,6 +40,8 @@ SCHEMA: Final = "profctx.summary"
 SCHEMA_VERSION: Final = 1
 #: Default straggler ratio: max over median beyond which a process is named.
 STRAGGLER_RATIO: Final = 1.2
+#: The row of operators that ran in no role (``role_ops``); not a role.
+NO_ROLE: Final = "step"
 
 
 @dataclass
@@ -68,6 +77,14 @@ class CaptureSummary:
     role_table: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     #: The row name of the capture's process (see :func:`profctx.manifest.process_names`).
     process: str = ""
+    #: ``(step, role) -> (seconds, no-operator seconds or None)``: the role times per step.
+    role_steps: dict[tuple[int, str], tuple[float, float | None]] = field(default_factory=dict)
+    #: Wall time less the step markers: the profiler's own start and stop (and, in a contiguous
+    #: capture, the loop between steps); ``None`` when the trace marks no step.
+    overhead_s: float | None = None
+    #: Where role times come from: ``"ranges"`` (profctx's listed ranges), ``"user ranges"`` (a trace
+    #: that lists none: its outermost user ranges), ``"capture"`` (the capture's start to stop).
+    time_from: str = "ranges"
 
     @property
     def empty(self) -> bool:
@@ -81,7 +98,11 @@ class CaptureSummary:
             "capture": r.capture, "run": r.run, "status": r.status, "kind": r.kind, "steps": list(r.steps),
             "role": r.role, "process": self.process or r.who, "host": r.host, "pid": r.pid, "rank": r.rank,
             "group": r.group, "engine": r.engine, "replica": r.replica, "start_time": r.start_time,
-            "end_time": r.end_time, "wall_s": self.wall_s, "roles": self.roles, "device_s": self.device_s,
+            "end_time": r.end_time, "wall_s": self.wall_s, "roles": self.roles, "time_from": self.time_from,
+            "overhead_s": self.overhead_s,
+            "role_steps": [{"step": st, "role": ro, "time_s": t, "no_op_s": n}
+                           for (st, ro), (t, n) in sorted(self.role_steps.items())],
+            "device_s": self.device_s,
             "ops": [o.to_json() for o in self.ops], "device_ops": [o.to_json() for o in self.device_ops],
             "files": self.files, "empty": self.empty, "problems": self.problems,
             "reason": r.reason, "error": r.error,
@@ -99,6 +120,9 @@ class RoleStep:
     median_s: float
     share: float = 0.0
     straggler: str | None = None
+    #: Seconds of the role's ranges on the slowest process that no operator covers (``None``: unknown,
+    #: the time came from the capture).
+    no_op_s: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -108,7 +132,7 @@ class RoleStep:
     def to_json(self) -> dict[str, Any]:
         """Return the JSON form."""
         return {"step": self.step, "role": self.role, "time_s": self.time_s, "median_s": self.median_s,
-                "share": self.share, "ratio": self.ratio, "straggler": self.straggler,
+                "share": self.share, "ratio": self.ratio, "straggler": self.straggler, "no_op_s": self.no_op_s,
                 "per_process": self.per_process}
 
 
@@ -128,6 +152,9 @@ class Summary:
     engines: list[CaptureSummary]
     straggler_ratio: float
     problems: list[str] = field(default_factory=list)
+    #: ``{step: seconds}``: the profiler's own start and stop in the step on the process that lost
+    #: most to it (the step's single-step captures); not in any role's time.
+    overhead: dict[int, float] = field(default_factory=dict)
 
     def phase(self, step: int, role: str) -> RoleStep | None:
         """Return the figures of ``role`` in ``step``, or ``None``."""
@@ -161,6 +188,7 @@ class Summary:
             "processes": self.processes,
             "straggler_ratio": self.straggler_ratio,
             "step_wall_s": {str(k): v for k, v in self.step_wall.items()},
+            "overhead_s": {str(k): v for k, v in self.overhead.items()},
             "phases": [p.to_json() for p in self.phases],
             "stragglers": [p.to_json() for p in self.stragglers()],
             "trend": {role: [{"step": s, "time_s": t} for s, t in self.trend(role)] for role in self.roles},
@@ -229,7 +257,7 @@ def summarize_records(
         files = [f.path for f in record.files if is_trace_file(f.path)]
         if record.is_engine and not files and record.folder:
             files = _engine_files(root, record.folder, listed)
-        summary = _capture(root, record, files if record.status == "ok" else [], top)
+        summary = _capture(root, record, files if record.status == "ok" else [], top, wanted)
         problems.extend(summary.problems)
         if record.is_engine:
             engines.append(summary)
@@ -263,13 +291,16 @@ def _engine_files(root: Path, folder: str, listed: set[str]) -> list[str]:
     return found
 
 
-def _capture(root: Path, record: CaptureRecord, files: Sequence[str], top: int) -> CaptureSummary:
-    ops: dict[tuple[str | None, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+def _capture(root: Path, record: CaptureRecord, files: Sequence[str], top: int,
+             wanted: set[int] | None = None) -> CaptureSummary:
+    ops: dict[tuple[int | None, str | None, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
     device: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
-    ranges: dict[str, float] = defaultdict(float)
+    ranges: dict[tuple[int | None, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    marked_steps: dict[int, float] = defaultdict(float)
     span = 0.0
     device_us = 0.0
     has_device = False
+    listed = False
     problems = []
     for rel in files:
         path = Path(rel) if os.path.isabs(rel) else root / rel
@@ -277,6 +308,7 @@ def _capture(root: Path, record: CaptureRecord, files: Sequence[str], top: int) 
         if figures.problem:
             problems.append(figures.problem)
         span = max(span, figures.span_us)
+        listed = listed or figures.marked
         for key, (s, t, c) in figures.ops.items():
             slot = ops[key]
             slot[0] += s
@@ -285,26 +317,60 @@ def _capture(root: Path, record: CaptureRecord, files: Sequence[str], top: int) 
         for name, (t, c) in figures.device.items():
             device[name][0] += t
             device[name][1] += c
-        for name, (t, _c) in figures.ranges.items():
-            ranges[name] += t / 1e6
+        for where, (t, _c, covered) in figures.roles.items():
+            ranges[where][0] += t
+            ranges[where][1] += covered
+        for step, (t, _c) in figures.steps.items():
+            marked_steps[step] += t
         if figures.device:
             has_device = True
         device_us += figures.device_us
     wall = record.duration_s if record.duration_s is not None else (span / 1e6 if span else None)
-    roles = {record.role: wall} if record.role and record.steps and wall is not None else dict(ranges)
+    single = record.steps[0] if len(record.steps) == 1 else None
+    own = record.role.rsplit("/", 1)[-1] if record.role else None
+    # A role capture's own range is named by the role's last name; it stands for the whole path.
+    rename = {own: record.role} if own and record.role and not record.is_engine else {}
+    time_from = "ranges" if listed else "user ranges"
+    role_steps: dict[tuple[int, str], tuple[float, float | None]] = {}
+    roles: dict[str, float] = defaultdict(float)
+    if record.is_engine or (record.role and not any(name == own for _, name in ranges)):
+        time_from = "capture"
+        if record.role and record.steps and wall is not None:
+            roles[record.role] = wall
+            if single is not None:
+                role_steps[(single, record.role)] = (wall, None)
+    else:
+        for (marked, name), (t, covered) in ranges.items():
+            role = rename.get(name, name)
+            roles[role] += t / 1e6
+            at = single if marked is None else marked
+            if at is not None:
+                before, no_op = role_steps.get((at, role), (0.0, 0.0))
+                role_steps[(at, role)] = (before + t / 1e6, (no_op or 0.0) + max(t - covered, 0.0) / 1e6)
+    overhead = None
+    if wall is not None and time_from != "capture":
+        inside = sum(t for step, t in marked_steps.items() if step in record.steps)
+        if not inside and rename:
+            inside = sum(t for (_, name), (t, _) in ranges.items() if name == own)
+        if inside:
+            overhead = max(wall - inside / 1e6, 0.0)
     by_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
     role_table: dict[str, dict[str, list[float]]] = {}
-    for (inside, name), (s, t, c) in ops.items():
-        for slot in (by_name[name],
-                     role_table.setdefault(record.role or inside or "step", {}).setdefault(name, [0.0, 0.0, 0])):
+    for (marked, inside_role, name), (s, t, c) in ops.items():
+        at = single if marked is None else marked
+        if wanted is not None and at not in wanted:
+            continue
+        role = rename.get(inside_role, inside_role) if inside_role else (record.role or NO_ROLE)
+        for slot in (by_name[name], role_table.setdefault(role, {}).setdefault(name, [0.0, 0.0, 0])):
             slot[0] += s
             slot[1] += t
             slot[2] += c
     return CaptureSummary(
-        record=record, wall_s=wall, roles=roles, ops=_top(by_name, top),
+        record=record, wall_s=wall, roles=dict(roles), ops=_top(by_name, top),
         device_s=device_us / 1e6 if has_device else None,
         device_ops=_top({k: [v[0], v[0], v[1]] for k, v in device.items()}, top),
-        files=list(files), problems=problems, role_table=role_table,
+        files=list(files), problems=problems, role_table=role_table, role_steps=role_steps,
+        overhead_s=overhead, time_from=time_from,
     )
 
 
@@ -319,6 +385,8 @@ def _assemble(root: Path, run: str | None, captures: list[CaptureSummary], engin
               problems: list[str], role_ops: dict[str, dict[str, list[float]]], top: int, ratio: float,
               wanted: set[int] | None, driver: Collection[tuple[str, ...]] | None) -> Summary:
     per: dict[tuple[int, str], dict[str, float]] = defaultdict(dict)
+    idle: dict[tuple[int, str], dict[str, float | None]] = defaultdict(dict)
+    lost: dict[int, dict[str, float]] = defaultdict(dict)
     spans: dict[int, list[float]] = {}
     processes: list[str] = []
     names = process_names((c.record for c in [*captures, *engines]), driver)
@@ -334,18 +402,24 @@ def _assemble(root: Path, run: str | None, captures: list[CaptureSummary], engin
             for step in r.steps:
                 span = spans.setdefault(step, [r.start_time, r.end_time])
                 span[0], span[1] = min(span[0], r.start_time), max(span[1], r.end_time)
-        if len(r.steps) == 1 and r.status == "ok":
-            step = r.steps[0]
+        if r.status != "ok":
+            continue
+        for (step, role), (seconds, no_op) in item.role_steps.items():
             if wanted is None or step in wanted:
-                for role, seconds in item.roles.items():
-                    cell = per[(step, role)]
-                    cell[who] = cell.get(who, 0.0) + seconds
+                cell = per[(step, role)]
+                cell[who] = cell.get(who, 0.0) + seconds
+                gaps = idle[(step, role)]
+                before = gaps.get(who, 0.0)
+                gaps[who] = None if no_op is None or (who in gaps and before is None) else (before or 0.0) + no_op
+        if len(r.steps) == 1 and item.overhead_s is not None and (wanted is None or r.steps[0] in wanted):
+            cell = lost[r.steps[0]]
+            cell[who] = cell.get(who, 0.0) + item.overhead_s
     phases: list[RoleStep] = []
     for (step, role), cells in sorted(per.items()):
         values = list(cells.values())
         worst = max(cells, key=lambda k: cells[k])
         median = statistics.median(values)
-        phase = RoleStep(step, role, dict(cells), cells[worst], median)
+        phase = RoleStep(step, role, dict(cells), cells[worst], median, no_op_s=idle[(step, role)].get(worst))
         if len(values) >= 2 and median > 0 and cells[worst] / median > ratio:
             phase.straggler = worst
         phases.append(phase)
@@ -356,7 +430,7 @@ def _assemble(root: Path, run: str | None, captures: list[CaptureSummary], engin
         p.share = p.time_s / by_step[p.step] if by_step[p.step] else 0.0
     roles = list(dict.fromkeys(p.role for p in sorted(phases, key=lambda p: (p.step, -p.time_s))))
     for role in role_ops:
-        if role not in roles:
+        if role not in roles and (role != NO_ROLE or not phases):
             roles.append(role)
     steps = sorted({s for c in captures for s in c.record.steps if wanted is None or s in wanted})
     return Summary(
@@ -364,4 +438,5 @@ def _assemble(root: Path, run: str | None, captures: list[CaptureSummary], engin
         phases=phases, step_wall={s: b - a for s, (a, b) in sorted(spans.items()) if wanted is None or s in wanted},
         role_ops={role: _top(dict(table), top) for role, table in role_ops.items()},
         engines=engines, straggler_ratio=ratio, problems=problems,
+        overhead={step: max(cells.values()) for step, cells in sorted(lost.items())},
     )

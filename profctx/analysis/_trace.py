@@ -1,6 +1,14 @@
-"""Read one Chrome trace as a stream and keep only its figures: span, self time per operator, ranges.
+"""Read one Chrome trace as a stream and keep only its figures: span, roles, self time per operator.
 
-Self time is an event's duration minus that of the events nested directly in it on the same
+Roles are profctx's own ranges. A trace profctx's torch backend wrote lists, in its metadata
+(``profctxRanges``), the role ranges and step markers it drew: a role is the outermost of those
+role ranges on its thread; every other range (the user's ``record_function``, torch's own such
+as ``gloo:all_reduce``) is an operator. A trace without that list (an older profctx, another
+producer) falls back to the outermost user range on each thread. Step markers
+(``ProfilerStep#N``, and older profctx's ``step N``) are never roles nor operators: they give
+the step a role ran in.
+
+Self time is an event's duration less that of the events nested directly in it on the same
 thread (the definition HTA and the TensorBoard plugin use). Nesting needs each thread's events
 in time order, so the reader keeps, per complete (``X``) event, its start, duration and an
 interned name: about 30 bytes an event against the 250 or so of its JSON, whatever the trace.
@@ -9,12 +17,14 @@ interned name: about 30 bytes an event against the 250 or so of its JSON, whatev
 from __future__ import annotations
 
 import gc
+import re
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from .._plan import RANGES_KEY
 from .._tracejson import EVENTS, TraceFormatError, TraceStream
 
 #: Categories of device activity (CUDA kernels and copies; torch_npu uses the same names in its JSON).
@@ -23,23 +33,34 @@ DEVICE_CATS: Final = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "Kernel", 
 RANGE_CATS: Final = frozenset({"user_annotation"})
 #: Categories that are neither: torch's whole-capture span, device-side copies of user ranges.
 IGNORED_CATS: Final = frozenset({"Trace", "gpu_user_annotation"})
+#: Names of step markers: torch's (``ProfilerStep#N``, drawn by profctx too) and older profctx's ``step N``.
+STEP_MARKER: Final = re.compile(r"(?:ProfilerStep#|step )(-?[0-9]+)")
+
+# What a range name is, per trace (operators, kind 0, need no lookup).
+_ROLE, _MARK, _OP, _RANGE = 1, 2, 3, 4
 
 
 @dataclass
 class TraceFigures:
     """What one trace adds up to; times in microseconds.
 
-    ``ops`` maps ``(range, operator)`` to ``[self, total, count]``, where ``range`` is the
-    outermost user range the operator ran in (``None`` outside any). ``ranges`` maps each
-    outermost range name to ``[total, count]``. ``device`` maps kernel names to
-    ``[total, count]``. ``problem`` says why reading stopped early, if it did (the figures
-    then cover what was read).
+    ``roles`` maps ``(step, role)`` to ``[total, count, covered]``: the total duration of the
+    role's ranges, how many, and how much of them some operator on their thread covers (the rest
+    is time in no operator). ``step`` is that of the step marker the range lies in (``None``
+    without one). ``ops`` maps ``(step, role, operator)`` to ``[self, total, count]``, where
+    ``role`` is the role the operator ran in (``None`` outside any). ``steps`` maps each step
+    marked in the trace to ``[total, count]`` of its markers. ``marked``: the trace lists
+    profctx's ranges (else roles were taken from the outermost user ranges). ``device`` maps
+    kernel names to ``[total, count]``. ``problem`` says why reading stopped early, if it did
+    (the figures then cover what was read).
     """
 
     span_us: float = 0.0
     events: int = 0
-    ops: dict[tuple[str | None, str], list[float]] = field(default_factory=dict)
-    ranges: dict[str, list[float]] = field(default_factory=dict)
+    ops: dict[tuple[int | None, str | None, str], list[float]] = field(default_factory=dict)
+    roles: dict[tuple[int | None, str], list[float]] = field(default_factory=dict)
+    steps: dict[int, list[float]] = field(default_factory=dict)
+    marked: bool = False
     device: dict[str, list[float]] = field(default_factory=dict)
     device_us: float = 0.0
     problem: str | None = None
@@ -76,10 +97,13 @@ def _read(path: str | Path) -> TraceFigures:
     threads: dict[tuple[Any, Any], _Thread] = {}
     lo = float("inf")
     hi = float("-inf")
+    drawn: set[str] | None = None
     try:
         with TraceStream(path) as stream:
             for key, batch in stream.batches():
                 if key != EVENTS:
+                    if key == RANGES_KEY and isinstance(batch, dict) and isinstance(batch.get("roles"), list):
+                        drawn = {str(n) for n in batch["roles"]}
                     continue
                 for event in batch:
                     if type(event) is not dict or event.get("ph") != "X":
@@ -123,28 +147,69 @@ def _read(path: str | Path) -> TraceFigures:
         figures.problem = str(exc)
     if hi > lo:
         figures.span_us = hi - lo
+    figures.marked = drawn is not None
     by_index = list(names)
+    kinds = bytearray(_classify(n, drawn) for n in by_index)
+    marks = _markers(threads.values(), by_index, kinds, figures)
     for thread in threads.values():
-        _nest(thread, by_index, figures)
+        _nest(thread, by_index, kinds, marks, figures)
     return figures
 
 
-def _nest(thread: _Thread, names: list[str], figures: TraceFigures) -> None:
+def _classify(name: str, drawn: set[str] | None) -> int:
+    if STEP_MARKER.fullmatch(name):
+        return _MARK
+    if drawn is None:
+        return _ROLE  # no list: the outermost user range is the role, nested ones are left out
+    return _ROLE if name in drawn else _OP
+
+
+def _markers(threads: Iterable[_Thread], names: list[str], kinds: bytearray,
+             figures: TraceFigures) -> list[tuple[float, float, int]]:
+    """Return every step marker as ``(start, end, step)`` and add them up in ``figures.steps``."""
+    found: list[tuple[float, float, int]] = []
+    if _MARK not in kinds:
+        return found
+    for thread in threads:
+        for i, (k, index) in enumerate(zip(thread.kind, thread.name, strict=True)):
+            if k and kinds[index] == _MARK:
+                match = STEP_MARKER.fullmatch(names[index])
+                if match is None:
+                    continue
+                step = int(match[1])
+                found.append((thread.ts[i], thread.ts[i] + thread.dur[i], step))
+                slot = figures.steps.setdefault(step, [0.0, 0])
+                slot[0] += thread.dur[i]
+                slot[1] += 1
+    return found
+
+
+def _step_at(marks: list[tuple[float, float, int]], ts: float) -> int | None:
+    for start, end, step in marks:
+        if start - 1e-3 <= ts < end:
+            return step
+    return None
+
+
+def _nest(thread: _Thread, names: list[str], kinds: bytearray, marks: list[tuple[float, float, int]],
+          figures: TraceFigures) -> None:
     ts, dur, name, kind = thread.ts, thread.dur, thread.name, thread.kind
     n = len(ts)
     order: Iterable[int] = range(n)
     if any(ts[i] > ts[i + 1] for i in range(n - 1)):
         order = sorted(range(n), key=lambda i: (ts[i], -dur[i]))
     ops = figures.ops
-    ranges = figures.ranges
-    # Stack entries: [end, index, child time, outermost range name].
+    roles = figures.roles
+    # Stack entries: [end, index, child time, role key (step, name) or None, step, covered by an operator,
+    # is an operator].
     stack: list[list[Any]] = []
 
     def close(entry: list[Any]) -> None:
-        i = entry[1]
-        if kind[i]:
+        if not entry[6]:
             return
-        key = (entry[3], names[name[i]])
+        i = entry[1]
+        role = entry[3]
+        key = (entry[4], None if role is None else role[1], names[name[i]])
         slot = ops.get(key)
         if slot is None:
             ops[key] = [dur[i] - entry[2], dur[i], 1]
@@ -158,17 +223,37 @@ def _nest(thread: _Thread, names: list[str], figures: TraceFigures) -> None:
         # 1 ns of slack: torch rounds times to ns, so a sibling may seem to start inside the previous one.
         while stack and stack[-1][0] <= start + 1e-3:
             close(stack.pop())
-        outer = stack[0][3] if stack else None
         if stack:
-            stack[-1][2] += dur[i]
-        if kind[i] and outer is None:
-            outer = names[name[i]]
-            slot = ranges.get(outer)
-            if slot is None:
-                ranges[outer] = [dur[i], 1]
-            else:
-                slot[0] += dur[i]
-                slot[1] += 1
-        stack.append([start + dur[i], i, 0.0, outer])
+            parent = stack[-1]
+            parent[2] += dur[i]
+            role, step, covered = parent[3], parent[4], parent[5]
+        else:
+            role = step = None
+            covered = False
+        what = kinds[name[i]] if kind[i] else _OP
+        if what == _ROLE:
+            if role is None:
+                if step is None:
+                    step = _step_at(marks, start)
+                role = (step, names[name[i]])
+                slot = roles.get(role)
+                if slot is None:
+                    roles[role] = [dur[i], 1, 0.0]
+                else:
+                    slot[0] += dur[i]
+                    slot[1] += 1
+                stack.append([start + dur[i], i, 0.0, role, step, False, False])
+                continue
+            # A role range inside a role: an operator of the outer role in a listed trace, else left out.
+            what = _OP if figures.marked else _RANGE
+        if what == _MARK:
+            match = STEP_MARKER.fullmatch(names[name[i]])
+            stack.append([start + dur[i], i, 0.0, role, int(match[1]) if match else step, covered, False])
+        elif what == _OP:
+            if role is not None and not covered:
+                roles[role][2] += dur[i]
+            stack.append([start + dur[i], i, 0.0, role, step, True, True])
+        else:
+            stack.append([start + dur[i], i, 0.0, role, step, covered, False])
     while stack:
         close(stack.pop())

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .._errors import ConfigError
-from .._layout import temporary
+from .._files import create, sweep, working_folder
 from .._log import warn_once
+from .._plan import RANGES_KEY, STEP_MARKER_PREFIX, step_range
 from ._base import CaptureSpec, Finish
 
 if TYPE_CHECKING:
@@ -45,6 +46,13 @@ class TorchBackend:
 
     Empty ``contents`` means CPU plus CUDA when CUDA is available. CPU activity is always on:
     role ranges are CPU events. Files: ``{stem}.pt.trace.json`` or ``.pt.trace.json.gz``.
+
+    Every capture names its step as torch's schedule does (``ProfilerStep#N``): step captures
+    get it from the plan's marker, a role capture from this backend, around the role. Just
+    before the session stops, the names of the role ranges and step markers drawn are written
+    as the trace metadata ``profctxRanges`` (torch writes no ``record_function`` arguments into
+    the Chrome trace, so the names are listed once per trace), so the analysis tells profctx's ranges from the
+    user's and torch's own ``record_function`` ranges without guessing.
     """
 
     name: ClassVar[str] = "torch"
@@ -53,6 +61,9 @@ class TorchBackend:
         self._prof: Any = None
         self._spec: CaptureSpec | None = None
         self._record_function: Any = None
+        self._roles: set[str] = set()
+        self._steps: set[str] = set()
+        self._step_range: Any = None
 
     @classmethod
     def check_config(cls, config: ProfilerConfig) -> None:
@@ -105,17 +116,28 @@ class TorchBackend:
         prof = profile(activities=activities, experimental_config=_experimental_config(all_threads), **flags)
         self._prof = prof  # before start(): an interrupt inside it still leaves something to abort
         self._spec = spec
+        self._roles, self._steps, self._step_range = set(), set(), None
         prof.start()
         prof.add_metadata_json("profctx", json.dumps(spec.metadata, default=str))
         if not _distributed_initialized():
             info = {"backend": "none", "rank": spec.identity.rank, "world_size": spec.identity.world_size}
             prof.add_metadata_json("distributedInfo", json.dumps(info))
+        if spec.roles and len(spec.steps) == 1:
+            # A role capture names its step too (the plan's step marker exists only in step captures).
+            self._step_range = self.marker(step_range(spec.steps[0]))
+            self._step_range.__enter__()
 
     def stop(self) -> Finish:
         """Stop the session on this thread; return the exporter (run off the training thread)."""
         prof, spec = self._prof, self._spec
         if prof is None or spec is None:
             raise RuntimeError("stop() without a live capture")
+        self._close_step_range()
+        try:
+            drawn = {"version": 1, "roles": sorted(self._roles), "steps": sorted(self._steps)}
+            prof.add_metadata_json(RANGES_KEY, json.dumps(drawn))
+        except Exception as exc:  # noqa: BLE001 - the trace is still worth writing; the analysis falls back
+            spec.notes.append(f"could not name profctx's ranges in the trace: {exc}")
         prof.stop()
         self._prof = self._spec = None
         results = getattr(prof.profiler, "kineto_results", None)
@@ -130,19 +152,37 @@ class TorchBackend:
         prof, self._prof, self._spec = self._prof, None, None
         if prof is None:
             return
+        with contextlib.suppress(Exception):
+            self._close_step_range()
         import torch
 
         if torch.autograd._profiler_enabled():
             prof.stop()
 
     def range(self, name: str) -> contextlib.AbstractContextManager[Any]:
-        """Return ``torch.profiler.record_function(name)``."""
+        """Return ``torch.profiler.record_function(name)``, a role range listed in the trace's metadata."""
         if self._record_function is None:  # the import statement costs about 0.4 us a range: look it up once
             from torch.profiler import record_function
 
             self._record_function = record_function
+        self._roles.add(name)
         cm: contextlib.AbstractContextManager[Any] = self._record_function(name)
         return cm
+
+    def marker(self, name: str) -> contextlib.AbstractContextManager[Any]:
+        """Return the range of a step (``ProfilerStep#N``) or of a role capture's own role, listed as such."""
+        if not name.startswith(STEP_MARKER_PREFIX):
+            return self.range(name)
+        from torch.profiler import record_function
+
+        self._steps.add(name)
+        cm: contextlib.AbstractContextManager[Any] = record_function(name)
+        return cm
+
+    def _close_step_range(self) -> None:
+        step, self._step_range = self._step_range, None
+        if step is not None:
+            step.__exit__(None, None, None)
 
     def step(self) -> None:
         """Do nothing: captures are whole steps or roles, not torch schedules."""
@@ -152,35 +192,34 @@ def _export(prof: Any, spec: CaptureSpec, level: int) -> Sequence[Path]:
     final = spec.folder / f"{spec.stem}.pt.trace.json"
     try:
         return _write(prof, spec, final, level)
-    except BaseException as exc:
-        # torch writes through temporaries of its own (".x.tmp.tmp"): leave none behind.
-        for leftover in spec.folder.glob(f".{final.name}*.tmp*"):
-            with contextlib.suppress(OSError):
-                leftover.unlink()
-        if isinstance(exc, Exception) and disk_full(spec.folder, exc):
+    except Exception as exc:
+        if disk_full(spec.folder, exc):
             raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} while writing {final.name}",
                           str(spec.folder)) from exc
         raise
 
 
 def _write(prof: Any, spec: CaptureSpec, final: Path, level: int) -> Sequence[Path]:
-    raw_tmp = temporary(final)
-    prof.export_chrome_trace(str(raw_tmp))
-    if not spec.compress:
-        os.replace(raw_tmp, final)
-        return (final,)
-    packed = final.with_name(final.name + ".gz")
-    packed_tmp = temporary(packed)
-    try:
-        with open(raw_tmp, "rb") as src, gzip.open(packed_tmp, "wb", compresslevel=level) as dst:
+    """Export and compress in a private working folder, then rename the result into ``spec.folder``.
+
+    torch writes through temporaries of its own named from the path it is given: inside a fresh
+    ``0o700`` folder reached through its descriptor, no link planted beforehand can redirect them.
+    Every file object is closed on every path (a failed write holds no disk space once it returns),
+    and the working folder is removed whatever happens.
+    """
+    sweep(spec.folder)  # what writers killed mid-write left here
+    with working_folder(spec.folder) as (folder_fd, work_fd, work_path):
+        prof.export_chrome_trace(os.path.join(work_path, "trace"))
+        if not spec.compress:
+            os.replace("trace", final.name, src_dir_fd=work_fd, dst_dir_fd=folder_fd)
+            return (final,)
+        packed = final.with_name(final.name + ".gz")
+        with open(os.open("trace", os.O_RDONLY | os.O_NOFOLLOW, dir_fd=work_fd), "rb") as src, \
+                open(create("packed", dir_fd=work_fd), "wb") as out, \
+                gzip.GzipFile(filename="", mode="wb", compresslevel=level, fileobj=out) as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
-        os.replace(packed_tmp, packed)
-    finally:
-        with contextlib.suppress(OSError):
-            raw_tmp.unlink()
-        with contextlib.suppress(OSError):
-            packed_tmp.unlink()
-    return (packed,)
+        os.replace("packed", packed.name, src_dir_fd=work_fd, dst_dir_fd=folder_fd)
+        return (packed,)
 
 
 def disk_full(folder: Path, exc: BaseException) -> bool:

@@ -66,10 +66,10 @@ def test_ranges_exist_only_while_a_capture_is_live(harness: Harness, probe: Prob
     assert record["ranges"] == 2
     names = probe.ranges_in(files_of(tmp_path, record))
     if names is not None:
-        assert [n for n in names if n != "step 3"] == ["rollout", "update_3"]  # "step 3": the step marker
+        assert [n for n in names if n != "ProfilerStep#3"] == ["rollout", "update_3"]  # the step marker
     calls = probe.range_calls()
     if calls is not None:
-        assert [c for c in calls if c[0] != "step 3"] == [("rollout", True), ("update_3", True)]
+        assert [c for c in calls if c[0] != "ProfilerStep#3"] == [("rollout", True), ("update_3", True)]
 
 
 def test_files_land_in_the_capture_folder_under_final_names(harness: Harness, probe: Probe, tmp_path: Path) -> None:
