@@ -1,0 +1,221 @@
+"""Decode slices of a trace's event array into only the fields a reader needs, with msgspec when installed.
+
+A torch event is an object of about ten keys, most of its bytes in ``args``; the analysis needs
+seven fields (``ph name cat ts dur pid tid``) and the merge three (``ph pid tid``). A typed
+decoder (msgspec with a :class:`Event` struct) skips the rest without building it, which costs a
+fraction of a full parse (measured: docs/performance.md). Any slice the typed decoder does not
+take (an event whose ``ts`` is a string, a value that is not an object, JSON msgspec refuses but
+the fallback parser reads, such as ``NaN``) is parsed by the fallback (orjson, else the standard
+library) and each value converted by :func:`as_event`: a damaged or odd event never stops a read,
+it only loses the fields that are not of the expected type. Without msgspec every slice takes the
+fallback path.
+
+Every decoder here takes the bytes of a JSON array (``[`` ... ``]``) and raises ``ValueError`` when
+they are not valid JSON (``pos``, when known, says where), as :class:`profctx._tracejson.TraceStream`
+expects of its parser; nesting too deep for the interpreter is reported the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any, Final
+
+try:
+    import orjson as _orjson
+
+    _fallback_loads: Callable[[bytes], Any] = _orjson.loads
+except ImportError:  # pragma: no cover - exercised when the extra is absent
+    _fallback_loads = json.loads
+
+try:
+    import msgspec as _msgspec
+
+    _TYPED = True
+except ImportError:  # pragma: no cover - exercised with the extra absent (tests patch the import)
+    _TYPED = False
+
+
+if _TYPED:
+
+    class Event(_msgspec.Struct, gc=False):
+        """The fields of one trace event the analysis reads; ``None`` where absent or of another type."""
+
+        ph: str | None = None
+        name: str | None = None
+        cat: str | None = None
+        ts: float | None = None
+        dur: float | None = None
+        pid: int | str | None = None
+        tid: int | str | None = None
+
+    class Head(_msgspec.Struct, gc=False):
+        """The fields of one trace event the merge checks; ``None`` where absent or of another type."""
+
+        ph: str | None = None
+        pid: int | str | None = None
+        tid: int | str | None = None
+
+    _EVENTS: Any = _msgspec.json.Decoder(list[Event])
+    _HEADS: Any = _msgspec.json.Decoder(list[Head])
+    _RAWS: Any = _msgspec.json.Decoder(list[_msgspec.Raw])
+    _MSGSPEC_ERRORS: tuple[type[Exception], ...] = (_msgspec.DecodeError, RecursionError)
+
+else:  # pragma: no cover - the same shape without msgspec
+
+    class Event:  # type: ignore[no-redef]
+        """The fields of one trace event the analysis reads; ``None`` where absent or of another type."""
+
+        __slots__ = ("cat", "dur", "name", "ph", "pid", "tid", "ts")
+
+        def __init__(self, ph: str | None = None, name: str | None = None, cat: str | None = None,
+                     ts: float | None = None, dur: float | None = None, pid: int | str | None = None,
+                     tid: int | str | None = None) -> None:
+            self.ph = ph
+            self.name = name
+            self.cat = cat
+            self.ts = ts
+            self.dur = dur
+            self.pid = pid
+            self.tid = tid
+
+    class Head:  # type: ignore[no-redef]
+        """The fields of one trace event the merge checks; ``None`` where absent or of another type."""
+
+        __slots__ = ("ph", "pid", "tid")
+
+        def __init__(self, ph: str | None = None, pid: int | str | None = None,
+                     tid: int | str | None = None) -> None:
+            self.ph = ph
+            self.pid = pid
+            self.tid = tid
+
+    _EVENTS = _HEADS = _RAWS = None
+    _MSGSPEC_ERRORS = ()
+
+#: Where msgspec's error message says the data went wrong.
+_BYTE: Final = re.compile(r"\(byte (\d+)\)")
+
+
+class MalformedError(ValueError):
+    """Raised when a slice is not valid JSON; ``pos`` is the byte offset of the fault when known."""
+
+    def __init__(self, message: str, pos: int | None) -> None:
+        super().__init__(message)
+        self.pos = pos
+
+
+def typed() -> bool:
+    """Return whether the typed decoder (msgspec) is installed."""
+    return _EVENTS is not None
+
+
+def _str(value: Any) -> str | None:
+    return value if type(value) is str else None
+
+
+def _number(value: Any) -> float | None:
+    kind = type(value)
+    if kind is float:
+        return value  # type: ignore[no-any-return]
+    if kind is int:
+        try:
+            return float(value)
+        except OverflowError:  # an integer past any float: no time
+            return None
+    return None
+
+
+def _ident(value: Any) -> int | str | None:
+    kind = type(value)
+    if kind is int or kind is str:
+        return value  # type: ignore[no-any-return]
+    if value is None:
+        return None
+    return str(value)  # an odd pid or tid (a float, a list) still names one thread, and is hashable
+
+
+def as_event(value: Any) -> Event | None:
+    """Return the :class:`Event` of a parsed event (a dict), or ``None`` for a value that is not an object.
+
+    A field of another type than the struct's becomes ``None``, except ``name`` (written out with
+    ``str``) and ``pid``/``tid`` (a value of another type is named by its ``str``).
+    """
+    if type(value) is not dict:
+        return None
+    name = value.get("name")
+    return Event(
+        ph=_str(value.get("ph")),
+        name=name if type(name) is str or name is None else str(name),
+        cat=_str(value.get("cat")),
+        ts=_number(value.get("ts")),
+        dur=_number(value.get("dur")),
+        pid=_ident(value.get("pid")),
+        tid=_ident(value.get("tid")),
+    )
+
+
+def as_head(value: Any) -> Head | None:
+    """Return the :class:`Head` of a parsed event (a dict), or ``None`` for a value that is not an object."""
+    if type(value) is not dict:
+        return None
+    return Head(ph=_str(value.get("ph")), pid=_ident(value.get("pid")), tid=_ident(value.get("tid")))
+
+
+def _parse(data: bytes) -> list[Any]:
+    """Parse ``data`` with the fallback parser; raise :class:`MalformedError` if it is not a JSON array."""
+    try:
+        value = _fallback_loads(data)
+    except RecursionError:
+        raise MalformedError("the data is nested too deeply", None) from None
+    except ValueError as exc:  # orjson's and json's decode errors are ValueErrors
+        raise MalformedError(str(exc), getattr(exc, "pos", None)) from None
+    if type(value) is not list:
+        raise MalformedError("not a JSON array", 0)
+    return value
+
+
+def events(data: bytes) -> list[Event]:
+    """Return the events of the JSON array ``data``, values that are not objects left out.
+
+    Raise :class:`MalformedError` (a ``ValueError``) when ``data`` is not valid JSON.
+    """
+    if _EVENTS is not None:
+        try:
+            return _EVENTS.decode(data)  # type: ignore[no-any-return]
+        except _MSGSPEC_ERRORS:
+            pass  # another type in some event, or JSON only the fallback parser takes: parse it as values
+    return [e for e in map(as_event, _parse(data)) if e is not None]
+
+
+def heads(data: bytes) -> list[Head] | None:
+    """Return ``(ph, pid, tid)`` of every value of the JSON array ``data``, or ``None`` when msgspec does not
+    take it: a value that is not an object, a field of another type, JSON it refuses (the caller then
+    parses the values with its own parser, which says whether the JSON is valid). Without msgspec, ``None``.
+    """
+    if _HEADS is None:
+        return None
+    try:
+        return _HEADS.decode(data)  # type: ignore[no-any-return]
+    except _MSGSPEC_ERRORS:
+        return None
+
+
+def raws(data: bytes) -> list[Any] | None:
+    """Return the JSON text of each value of the JSON array ``data`` (bytes-like ``msgspec.Raw``), or ``None``
+    without msgspec. Raise :class:`MalformedError` when ``data`` is not valid JSON."""
+    if _RAWS is None:
+        return None
+    try:
+        return _RAWS.decode(data)  # type: ignore[no-any-return]
+    except _MSGSPEC_ERRORS as exc:
+        _raise_malformed(exc)
+    return None  # pragma: no cover - _raise_malformed always raises
+
+
+def _raise_malformed(exc: Exception) -> None:
+    if isinstance(exc, RecursionError):
+        raise MalformedError("the data is nested too deeply", None) from None
+    found = _BYTE.search(str(exc))
+    raise MalformedError(str(exc), int(found.group(1)) if found else None) from None
