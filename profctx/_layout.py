@@ -63,7 +63,3 @@ class Spans:
             self._last = max(now, self._last + 1)
             return self._last
 
-
-def temporary(final: Path) -> Path:
-    """Return the hidden temporary name a file is written under before its rename to ``final``."""
-    return final.with_name(f".{final.name}.tmp")

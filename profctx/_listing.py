@@ -28,6 +28,7 @@ shard whole when it closes) when a segment could list otherwise than a whole rea
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import zlib
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from ._files import create, temporary_name
 from .manifest import _STARTED, DRIVER, CaptureRecord, ManifestReader, _capture_id, _parser
 
 #: Version of the index format and of the cells it holds: raise it whenever a row's cells change.
@@ -43,6 +45,7 @@ INDEX_VERSION: Final = 2
 INDEX_SUFFIX: Final = ".index"
 #: :func:`write_index` (a whole shard at once) skips shards larger than this: it would take too long at exit.
 INDEX_MAX_BYTES: Final = 64 * 1024 * 1024
+_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 #: The index holds the CRC-32 of this many bytes at the end of what it covers.
 _TAIL: Final = 4096
 
@@ -194,10 +197,22 @@ class IndexBuilder:
         self._open: list[bytes] = []  # the lines of the captures started and not finished at ``covered``
         self._listed: set[str] = set()
         self._size = 0  # bytes of the index written so far (0: none yet)
+        self._file: tuple[int, int] = (-1, -1)  # device and inode of the index created
+
+    def _create(self) -> int:
+        """Create the index exclusively, never through a link; one found there (stale, or planted) is removed first."""
+        try:
+            fd = create(self.target)
+        except FileExistsError:
+            os.unlink(self.target)  # a link is removed, not followed
+            fd = create(self.target)
+        info = os.fstat(fd)
+        self._file = (info.st_dev, info.st_ino)
+        return fd
 
     def checkpoint(self) -> bool:
         """Append a segment covering the shard's new whole lines, if any; return ``False`` once it cannot."""
-        with open(self.shard, "rb") as fh:
+        with open(os.open(self.shard, os.O_RDONLY | os.O_NOFOLLOW | _CLOEXEC), "rb") as fh:
             before = max(self.covered - _TAIL, 0)
             fh.seek(before)
             data = fh.read()
@@ -252,12 +267,14 @@ class IndexBuilder:
                      "loose": loose, "damaged": list(reader.damaged), "open": text, "open_ids": list(still)})
         if not self._size:
             out = _line({"index": INDEX_VERSION, "shard": name}) + out
-            fd = os.open(self.target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        else:
-            fd = os.open(self.target, os.O_WRONLY | os.O_APPEND)
+            fd = self._create()
+        else:  # reopened by name: never through a link, and only the file created here
+            fd = os.open(self.target, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | _CLOEXEC)
         try:
-            if os.fstat(fd).st_size != self._size or os.write(fd, out) != len(out):
-                return False  # changed by someone else, or the disk is full (the torn line is ignored)
+            info = os.fstat(fd)
+            if ((info.st_dev, info.st_ino) != self._file or info.st_size != self._size
+                    or os.write(fd, out) != len(out)):
+                return False  # changed or replaced by someone else, or the disk is full (the torn line is ignored)
         finally:
             os.close(fd)
         self._size += len(out)
@@ -276,19 +293,21 @@ def write_index(shard: Path) -> bool:
     :data:`INDEX_MAX_BYTES`, or is one a segment could not list. Never raises on I/O errors.
     """
     target = index_path(shard)
-    temporary = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    temporary = target.with_name(temporary_name())
     try:
         if shard.stat().st_size > INDEX_MAX_BYTES:
             target.unlink(missing_ok=True)
             return False
         builder = IndexBuilder(shard, temporary)
         if not builder.checkpoint() or not builder.segments:
-            temporary.unlink(missing_ok=True)
             target.unlink(missing_ok=True)
             return False
-        os.replace(temporary, target)
+        os.replace(temporary, target)  # a link planted at the index's name is replaced, not followed
     except (OSError, ValueError):
         return False
+    finally:
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
     return True
 
 

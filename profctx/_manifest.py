@@ -17,10 +17,14 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final, Literal, TypedDict
 
+from ._files import make_folders
 from ._identity import Identity
 from ._layout import MANIFEST_DIR, safe
 from ._log import logger, warn_once
 
+#: How a shard's name ends.
+SUFFIX: Final = ".jsonl"
+_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 #: Version of the record format; readers accept records of this version or lower.
 VERSION: Final = 1
 
@@ -143,6 +147,14 @@ def file_entries(paths: Any, save_path: Path) -> list[FileEntry]:
     return entries
 
 
+def create_shard(path: Path) -> int:
+    """Create the shard ``path`` exclusively (never through a link) for appending; return its descriptor.
+
+    Raise ``FileExistsError`` when anything is at ``path`` already: a shard is never reopened by name.
+    """
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, 0o666)
+
+
 class ManifestWriter:
     """Append records to this process's shard. Thread-safe; never raises on I/O errors.
 
@@ -156,7 +168,7 @@ class ManifestWriter:
         self.save_path = save_path
         self.run_id = run_id
         self.identity = identity
-        name = f"{safe(run_id)}.{identity.tag}.{safe(identity.host)}.{identity.pid}.jsonl"
+        name = f"{safe(run_id)}.{identity.tag}.{safe(identity.host)}.{identity.pid}{SUFFIX}"
         self.path = save_path / MANIFEST_DIR / name
         self._lock = threading.Lock()
         self._fd: int | None = None
@@ -253,8 +265,15 @@ class ManifestWriter:
             self._index = False  # the index covers bytes of the shard that is gone: close() writes it anew
             warn_once(f"manifest-gone:{self.path}", "profctx: the manifest %s was deleted; writing a new one",
                       self.path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        make_folders(self.save_path, MANIFEST_DIR)
+        try:
+            self._fd = create_shard(self.path)
+        except FileExistsError:
+            # Taken (a link or file planted at a name others can predict, or a process of the same run
+            # id and pid before a restart): this process's records go to a fresh shard of its own.
+            stem = self.path.name.removesuffix(SUFFIX)
+            self.path = self.path.with_name(f"{stem}.{os.urandom(4).hex()}{SUFFIX}")
+            self._fd = create_shard(self.path)
         return self._fd
 
     def _failed(self, exc: OSError) -> None:

@@ -34,7 +34,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import IO, Any, Final
 
-from ._layout import temporary
+from ._files import create, sweep, temporary_name
 from ._tracejson import EVENTS, TraceFormatError, TraceStream, header, is_trace_file
 from .manifest import DRIVER, CaptureRecord, process_names
 
@@ -315,9 +315,11 @@ def merge(
     done = 0
     processes: dict[tuple[Any, ...], _Process] = {}
     sources: list[dict[str, Any]] = []
-    tmp = temporary(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    raw = open(tmp, "wb")  # noqa: SIM115 - closed below, in every path
+    sweep(output.parent)
+    # A fresh name nobody can predict, created exclusively: a link planted there is never followed.
+    tmp = output.with_name(temporary_name())
+    raw = open(create(tmp), "wb")  # noqa: SIM115 - closed below, in every path
     sink = _Sink(raw, compress_level if output.name.endswith(".gz") else None)
     # Millions of short-lived event dicts would set off the cyclic collector again and again for
     # nothing (they hold no cycles; reference counting frees them): pause it for the merge.

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ._capture import Capture, Range
 from ._config import ProfilerConfig
 from ._errors import ProfilingError
+from ._files import make_folders, sweep_tree
 from ._identity import Identity, detectable, resolve
 from ._layout import Spans, trace_stem
 from ._log import logger, warn_once
@@ -230,6 +231,7 @@ class Runtime:
         self._policies: dict[bool, Policy] = {}
         self._ready = threading.Event()
         self._ready.set()
+        self._swept = False
 
     # -- identity, selection, policy --------------------------------------------------------------
 
@@ -488,8 +490,15 @@ class Runtime:
     def spec_for(self, capture: Capture) -> CaptureSpec:
         """Return the backend's description of ``capture`` (creating its folder)."""
         identity = self.identity()
-        folder = self.save_path / capture.folder
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = make_folders(self.save_path, capture.folder)
+        if not self._swept:  # temporaries that writers killed mid-write left anywhere under save_path
+            self._swept = True
+            root = self.save_path
+
+            def sweep() -> None:
+                sweep_tree(root)
+
+            self.submit(sweep)
         metadata = {
             "capture": capture.id,
             "run": self.run_id,

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,19 +54,43 @@ def test_unwritable_capture_folder_is_recorded_in_the_manifest(tmp_path: Path) -
     assert "FileExistsError" in records[2]["error"] or "NotADirectoryError" in records[2]["error"]
 
 
-def test_disk_full_while_writing_is_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def held_open(folder: Path) -> list[str]:
+    """Return what this process holds open under ``folder`` (a deleted file shows as ``... (deleted)``)."""
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(folder)):
+            held.append(target)
+    return held
+
+
+@pytest.mark.parametrize("where", ["compressing", "renaming"])
+def test_disk_full_while_writing_is_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
     import profctx.backends.torch as torch_backend
 
-    def full(*args: object) -> None:
+    def full(*args: object, **kwargs: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(torch_backend.os, "replace", full)
+    def full_midway(src: Any, dst: Any, length: int = 0) -> None:
+        dst.write(src.read(4096))  # some bytes reach the file, then the disk is full
+        full()
+
+    if where == "renaming":
+        monkeypatch.setattr(torch_backend.os, "replace", full)
+    else:
+        monkeypatch.setattr(torch_backend.shutil, "copyfileobj", full_midway)
     profctx.configure(steps=[1], save_path=tmp_path)
     assert loop(range(1, 2)) == [4]
     assert profctx.flush(30)
     (record,) = read(tmp_path)
     assert record["status"] == "failed" and "No space left" in record["error"]
     assert not [p for p in tmp_path.rglob("*.tmp")], "temporary files are cleaned up"
+    assert not [p for p in tmp_path.rglob(".profctx-tmp-*")], "temporary files are cleaned up"
+    if os.path.isdir("/proc/self/fd"):  # deleting files frees their space only once nothing holds them
+        assert [p for p in held_open(tmp_path) if ".profctx/" not in p] == []
 
 
 def test_on_error_raise_surfaces_failures(tmp_path: Path) -> None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shlex
 import time
 from collections.abc import Mapping, Sequence
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 
 from .._errors import ConfigError, one_of
-from .._layout import temporary
+from .._files import write_file
 from .._log import warn_once
 from .._oracle import blocks_of, simulate
 from .._plan import Policy
@@ -189,9 +188,7 @@ def tool_attached() -> bool:
 
 def _write_sidecar(spec: CaptureSpec, data: Mapping[str, Any]) -> Sequence[Path]:
     final = spec.folder / f"{spec.stem}{SIDECAR}"
-    tmp = temporary(final)
-    tmp.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
-    os.replace(tmp, final)
+    write_file(final, json.dumps(data, indent=1, default=str).encode())
     return (final,)
 
 

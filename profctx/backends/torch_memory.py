@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from .._errors import ConfigError, one_of
-from .._layout import temporary
+from .._files import replacing
 from ._base import CaptureSpec, Finish
 
 if TYPE_CHECKING:
@@ -142,10 +142,8 @@ def _trim(snapshot: dict[str, Any], depth: int) -> None:
 def _write(spec: CaptureSpec, snapshot: dict[str, Any], depth: int) -> Sequence[Path]:
     _trim(snapshot, depth)
     final = spec.folder / f"{spec.stem}{SUFFIX}"
-    tmp = temporary(final)
-    with open(tmp, "wb") as f:
+    with replacing(final) as f:
         pickle.dump(snapshot, f, protocol=pickle.HIGHEST_PROTOCOL)
-    os.replace(tmp, final)
     return (final,)
 
 
@@ -209,10 +207,8 @@ def _on_oom(device: int, alloc: int, device_alloc: int, device_free: int) -> Non
         snapshot = torch.cuda.memory._snapshot()
         folder.mkdir(parents=True, exist_ok=True)
         final = folder / f"pid{os.getpid()}-{time.strftime('%Y%m%d-%H%M%S')}-dev{device}{SUFFIX}"
-        tmp = temporary(final)
-        with open(tmp, "wb") as f:
+        with replacing(final) as f:
             pickle.dump(snapshot, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, final)
         warn_once(f"oom:{final}", "profctx: CUDA out of memory on device %s (asked %s bytes, %s free): "
                   "allocator snapshot written to %s", device, alloc, device_free, final)
     except Exception as exc:  # noqa: BLE001 - an observer must not turn an OOM into another error

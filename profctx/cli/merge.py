@@ -8,10 +8,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .._files import make_folders
 from .._layout import safe
 from .._merge import merge, plan
 from ..manifest import DRIVER, drivers, in_groups
 from ._common import FINDINGS, OK, Progress, Style, UsageError, guarded, open_run, size
+
+
+def _merged_folder(run: Path) -> Path:
+    """Return ``run/merged``, made without following a link planted where it belongs."""
+    try:
+        return make_folders(run, "merged")
+    except OSError as exc:
+        raise UsageError(f"cannot write into {run / 'merged'}: {exc.strerror or exc}") from None
 
 
 def register(subparsers: Any) -> None:
@@ -58,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         listed = ", ".join(str(s) for s in known[:20]) + (" ..." if len(known) > 20 else "")
         what = f"step {', '.join(map(str, steps))}" if steps else "any step"
         raise UsageError(f"no trace files for {what} in {args.dir} (steps with captures: {listed or 'none'})")
-    output = Path(args.output) if args.output else profiled.path / "merged" / _default_name(profiled.runs, steps)
+    output = Path(args.output) if args.output else _merged_folder(profiled.path) / _default_name(profiled.runs, steps)
     if not output.name.endswith((".json", ".json.gz")):
         raise UsageError(f"--output {output}: the name must end in .json.gz or .json")
     show = sys.stderr.isatty() if args.progress is None else args.progress

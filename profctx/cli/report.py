@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from .._layout import temporary
+from .._files import sweep, write_file
 from .._report import render
 from ..analysis import summarize_records
 from ..manifest import drivers
@@ -60,9 +59,8 @@ def run(args: argparse.Namespace) -> int:
     page = render(summary, records, damaged=profiled.damaged, driver=driver)
     output = Path(args.output) if args.output else profiled.path / "report.html"
     output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temporary(output)
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, output)
+    sweep(output.parent)
+    write_file(output, page.encode("utf-8"))
     failed = sum(1 for r in records if r.status == "failed")
     print(f"wrote {output} ({size(output.stat().st_size)}): {len(records)} captures"
           + (f", {failed} failed" if failed else ""))

@@ -11,7 +11,9 @@ Out of the window no control call is made. Needs ``ray`` (``pip install 'profctx
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import stat
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +22,7 @@ from typing import Any
 
 import ray
 
+from .._files import is_regular, make_folders, write_file
 from .._layout import MANIFEST_DIR
 from .._log import warn_once
 from .._manifest import failed_call
@@ -263,9 +266,13 @@ CHUNK = 8 * 2**20
 def _probe(runtime: Any) -> Path:
     """Write (once per run) the file a worker looks for to tell whether it shares the driver's save_path."""
     path: Path = runtime.save_path / MANIFEST_DIR / f"probe-{runtime.run_id}"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("profctx: a worker that sees this file shares the driver's save_path\n")
+    try:
+        written = stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        written = False
+    if not written:  # a link planted at this predictable name is replaced, never followed
+        make_folders(runtime.save_path, MANIFEST_DIR)
+        write_file(path, b"profctx: a worker that sees this file shares the driver's save_path\n")
     return path
 
 
@@ -290,7 +297,11 @@ def collect(runtime: Any, members: Sequence[Member]) -> int:
                 if size < done:  # rewritten (a shard recreated after it was deleted): start again
                     done = 0
                 target.parent.mkdir(parents=True, exist_ok=True)
-                with open(target, "r+b" if done and target.exists() else "wb") as out:
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o666)
+                if not is_regular(fd):
+                    os.close(fd)
+                    raise ValueError(f"{relative!r} is not a regular file under the save_path")
+                with open(fd, "wb") as out:  # a descriptor: nothing truncated
                     out.seek(done)
                     while done < size:
                         chunk = ray.get(member.handle.__ray_call__.remote(

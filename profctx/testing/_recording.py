@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from collections.abc import Sequence
@@ -11,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .._layout import temporary
+from .._files import write_file
 from ..backends import CaptureSpec, Finish
 
 
@@ -83,9 +82,7 @@ class RecordingBackend:
 
         def write() -> Sequence[Path]:
             final = spec.folder / f"{spec.stem}.recording.json"
-            tmp = temporary(final)
-            tmp.write_text(json.dumps({"metadata": spec.metadata, "ranges": ranges, "markers": markers}))
-            os.replace(tmp, final)
+            write_file(final, json.dumps({"metadata": spec.metadata, "ranges": ranges, "markers": markers}).encode())
             return (final,)
 
         return write
