@@ -1,8 +1,9 @@
 """Build the HTML report of a run from its summary: where the time of each step goes, and who is slow.
 
 Sections: a timeline on a real time axis (one row per process: worker group and rank, engine
-replica, driver), phase shares per step as stacked bars, a processes x roles heat map with
-stragglers marked, top operators per role across processes, and the capture table. The page
+replica, driver), phase shares per step as stacked bars (with each role's time in no operator), a
+processes x (step, role) heat map with each step's straggler marked, top operators per role across
+processes, and the capture table. The page
 is one self-contained file (inline CSS, SVG and a few lines of JavaScript; nothing is fetched).
 """
 
@@ -10,13 +11,12 @@ from __future__ import annotations
 
 import html
 import math
-import statistics
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from typing import Final
 
-from .analysis import CaptureSummary, Summary
-from .manifest import CaptureRecord, process_names
+from .analysis import CaptureSummary, RoleStep, Summary
+from .manifest import CaptureRecord, drivers, process_names
 
 #: 20 colours of high mutual contrast (Kelly's list without white and black), given to roles in order of
 #: first appearance, so no two of the first 20 roles share one.
@@ -27,6 +27,8 @@ _WIDTH: Final = 1180
 _LEFT: Final = 170
 _ROW: Final = 18
 _TOP: Final = 40
+#: Why a driver's step capture holds no operator (shown instead of an "empty trace" warning).
+DRIVER_NOTE: Final = "driver: marks the step, its workers hold the work"
 
 
 def colours(roles: Sequence[str]) -> dict[str, str]:
@@ -48,7 +50,10 @@ def render(summary: Summary, records: Sequence[CaptureRecord], *, damaged: Seque
     for record in records:
         statuses[record.status] += 1
     by_capture = {c.record.capture: c for c in [*summary.captures, *summary.engines]}
-    empty = [c for c in by_capture.values() if c.empty]
+    leaders = set(driver) if driver is not None else drivers(records)
+    # A driver's step capture holds no operator by nature (its workers run the step): said, not flagged.
+    marking = {c.record.capture for c in by_capture.values() if c.empty and c.record.process in leaders}
+    empty = [c for c in by_capture.values() if c.empty and c.record.capture not in marking]
     runs = sorted({r.run or "-" for r in records})
     names = process_names(records, driver)
     status_text = ", ".join(f'<span class="st-{e(s)}">{n} {e(s)}</span>' for s, n in sorted(statuses.items()))
@@ -68,21 +73,27 @@ def render(summary: Summary, records: Sequence[CaptureRecord], *, damaged: Seque
         parts.append(f"<p class=warn id=empty-note>{len(empty)} capture(s) hold no operator (an empty trace): "
                      + e(", ".join(f"step {_span(c.record.steps)} {c.record.role or 'step'} "
                                    f"{names.get(c.record.process, '')}" for c in empty[:8])) + "</p>")
+    if marking:
+        parts.append(f"<p class=note id=driver-note>{len(marking)} capture(s) of the driver hold no operator, "
+                     "as expected: the driver marks the step, its workers hold the work.</p>")
     for problem in summary.problems[:10]:
         parts.append(f"<p class=warn>{e(problem)}</p>")
     parts.append("<h2>Timeline</h2><p class=hint>One row per process (worker group and rank, engine replica, "
                  "driver); bars are captures, coloured by role, on one wall-clock axis; grey bands are steps. "
                  "Hatched red: failed; grey diamond: skipped; dashed: never finished; white with a dot: the "
-                 "trace holds no operator. Hover a bar for its details, click it to jump to its row.</p>")
-    parts.append(_timeline(records, palette, {c.record.capture for c in empty}, names))
+                 "trace holds no operator; pale: a driver's step, whose operators run in its workers. Hover a "
+                 "bar for its details, click it to jump to its row.</p>")
+    parts.append(_timeline(records, palette, {c.record.capture for c in empty}, names, marking))
     parts.append(_legend(all_roles, palette))
     parts.append("<h2>Phases per step</h2><p class=hint>Each role's time in the step is that of its slowest "
                  "process (ranks run a role together, the slowest sets the pace); the bar shows each role's share "
-                 "of the sum.</p>")
+                 "of the sum. <i>In no operator</i>: the part of that time in which the slowest process ran no "
+                 "operator (host waits, sleeps, Python between operators), which no operator table shows.</p>")
     parts.append(_phases(summary, palette))
-    parts.append(f"<h2>Processes &times; roles</h2><p class=hint>Mean time of each process in each role over the steps "
-                 f"shown; darker is slower relative to the role's median. ★ marks a straggler: slower than the "
-                 f"median by more than {summary.straggler_ratio:.2f}&times; in at least one step.</p>")
+    parts.append(f"<h2>Processes &times; roles</h2><p class=hint>Time of each process in each role, one cell per "
+                 f"step; darker is slower relative to the median over processes in that step and role. ★ marks the "
+                 f"straggler of that step: slower than that median by more than "
+                 f"{summary.straggler_ratio:.2f}&times;.</p>")
     parts.append(_heatmap(summary))
     parts.append("<h2>Top operators per role</h2><p class=hint>Self time (time in the operator itself, not in "
                  "operators it called), summed over every process and step of the role; share of the role's "
@@ -95,7 +106,8 @@ def render(summary: Summary, records: Sequence[CaptureRecord], *, damaged: Seque
                  "<table id=captures><thead><tr><th>step</th><th>role</th><th>process</th><th>source</th>"
                  "<th>status</th><th>duration</th><th>blocked</th><th>size</th><th>details</th></tr></thead><tbody>")
     for record in records:
-        parts.append(_row(record, by_capture.get(record.capture), palette, names[record.process]))
+        parts.append(_row(record, by_capture.get(record.capture), palette, names[record.process],
+                          record.capture in marking))
     parts.append("</tbody></table>")
     parts.append(f"<script>{_JS}</script></body></html>")
     return "".join(parts)
@@ -116,7 +128,7 @@ def _ticks(span: float) -> float:
 
 
 def _timeline(records: Sequence[CaptureRecord], palette: dict[str, str], empty: set[str],
-              names: dict[tuple[str, ...], str]) -> str:
+              names: dict[tuple[str, ...], str], marking: set[str]) -> str:
     timed = [r for r in records if r.begin and math.isfinite(r.begin) and math.isfinite(r.end_time or r.begin)]
     if not timed:
         return "<p class=note>no captures with a time</p>"
@@ -202,10 +214,13 @@ def _timeline(records: Sequence[CaptureRecord], palette: dict[str, str], empty: 
         if record.capture in empty:
             fill, extra = "#fff", " empty"
             tip += " · the trace holds no operator"
+        elif record.capture in marking:
+            fill, extra = "#eef0f4", " marker"
+            tip += f" · {DRIVER_NOTE}"
         svg.append(f'<a href="{href}"><rect class="bar st-{e(record.status)}{extra}" data-capture="{cid}" '
                    f'data-role="{e(role)}" x="{bx:.1f}" y="{by:.1f}" width="{bw:.1f}" height="{_ROW - 4}" '
                    f'fill="{fill}"><title>{e(tip)}</title></rect></a>')
-        if extra:
+        if extra == " empty":
             svg.append(f'<circle cx="{bx + bw / 2:.1f}" cy="{by + (_ROW - 4) / 2:.1f}" r="2.5" fill="#b00"/>')
     svg.append("</svg></div>")
     return "".join(svg)
@@ -223,7 +238,7 @@ def _phases(summary: Summary, palette: dict[str, str]) -> str:
         return "<p class=note>no completed single-step captures: nothing to break down</p>"
     e = html.escape
     out = ["<table id=phases class=phases><thead><tr><th>step</th><th>wall</th><th>roles (share of the step)</th>"
-           "</tr></thead><tbody>"]
+           "<th>in no operator</th></tr></thead><tbody>"]
     for step in summary.steps:
         items = sorted((p for p in summary.phases if p.step == step), key=lambda p: summary.roles.index(p.role)
                        if p.role in summary.roles else 99)
@@ -234,46 +249,54 @@ def _phases(summary: Summary, palette: dict[str, str]) -> str:
             f'{palette.get(p.role, "#999")}" title="{e(p.role)}: {_secs(p.time_s)} ({p.share:.0%})">'
             f"{e(p.role) if p.share > 0.12 else ''} {f'{p.share:.0%}' if p.share > 0.06 else ''}</span>"
             for p in items)
+        idle = "".join(
+            f'<div class=noop data-role="{e(p.role)}" data-seconds="{no_op:.6f}">{e(p.role)}: {_secs(no_op)}'
+            f"{f' ({no_op / p.time_s:.0%})' if p.time_s > 0 else ''}</div>"
+            for p in items if (no_op := _no_op(p)) is not None)
         out.append(f'<tr data-step="{step}"><td>{step}</td><td>{_secs(summary.step_wall.get(step))}</td>'
-                   f"<td><div class=stack>{segs}</div></td></tr>")
+                   f"<td><div class=stack>{segs}</div></td><td>{idle or '-'}</td></tr>")
     out.append("</tbody></table>")
     return "".join(out)
 
 
+def _no_op(phase: RoleStep) -> float | None:
+    """Return the seconds of ``phase`` on its slowest process in which no operator ran, when known."""
+    value = getattr(phase, "no_op_s", None)
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) and value >= 0 else None
+
+
 def _heatmap(summary: Summary) -> str:
+    """Return the processes x (step, role) table: one cell per step, starred where that step's straggler is."""
     if not summary.phases:
         return "<p class=note>no data</p>"
     e = html.escape
     roles = [r for r in summary.roles if any(p.role == r for p in summary.phases)]
-    values: dict[tuple[str, str], list[float]] = defaultdict(list)
-    marked: set[tuple[str, str]] = set()
-    for p in summary.phases:
-        for who, t in p.per_process.items():
-            values[(who, p.role)].append(t)
-        if p.straggler:
-            marked.add((p.straggler, p.role))
-    processes = [w for w in summary.processes if any((w, r) in values for r in roles)]
-    medians = {r: statistics.median([sum(v) / len(v) for (w, rr), v in values.items() if rr == r] or [0.0])
-               for r in roles}
-    out = ["<table id=heatmap class=heat><thead><tr><th>process</th>"
-           + "".join(f"<th>{e(r)}</th>" for r in roles) + "</tr></thead><tbody>"]
+    by_key = {(p.step, p.role): p for p in summary.phases}
+    steps = [s for s in summary.steps if any((s, r) in by_key for r in roles)]
+    columns = [(s, r) for s in steps for r in roles if (s, r) in by_key]
+    processes = [w for w in summary.processes if any(w in by_key[c].per_process for c in columns)]
+    head = "".join(f'<th colspan="{sum(1 for c in columns if c[0] == s)}" class=stephead>step {s}</th>'
+                   for s in steps)
+    sub = "".join(f"<th>{e(r)}</th>" for _, r in columns)
+    out = ["<div class=scroll><table id=heatmap class=heat><thead>"
+           f"<tr><th rowspan=2>process</th>{head}</tr><tr>{sub}</tr></thead><tbody>"]
     for who in processes:
         cells = []
-        for role in roles:
-            v = values.get((who, role))
-            if not v:
-                cells.append("<td class=none>-</td>")
+        for step, role in columns:
+            phase = by_key[(step, role)]
+            t = phase.per_process.get(who)
+            if t is None:
+                cells.append(f'<td class=none data-step="{step}">-</td>')
                 continue
-            mean = sum(v) / len(v)
-            rel = mean / medians[role] if medians[role] else 1.0
+            rel = t / phase.median_s if phase.median_s > 0 else 1.0
             alpha = max(0.05, min(0.85, 0.25 + (rel - 1.0) * 1.2))
-            star = (who, role) in marked
+            star = phase.straggler == who
             cells.append(f'<td class="cell{" straggler" if star else ""}" data-process="{e(who)}" '
-                         f'data-role="{e(role)}" style="background:rgba(190,0,50,{alpha:.2f})" '
-                         f'title="{e(who)} · {e(role)}: {_secs(mean)} mean over {len(v)} step(s), '
-                         f'{rel:.2f}&times; the median">{_secs(mean)}{" ★" if star else ""}</td>')
+                         f'data-role="{e(role)}" data-step="{step}" style="background:rgba(190,0,50,{alpha:.2f})" '
+                         f'title="{e(who)} · step {step} · {e(role)}: {_secs(t)}, {rel:.2f}&times; the median '
+                         f'of the step">{_secs(t)}{" ★" if star else ""}</td>')
         out.append(f"<tr><th>{e(who)}</th>{''.join(cells)}</tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     return "".join(out)
 
 
@@ -291,7 +314,8 @@ def _role_ops(summary: Summary, palette: dict[str, str]) -> str:
     return f"<div id=roleops class=opsgrid>{''.join(blocks)}</div>" if blocks else "<p class=note>no operators</p>"
 
 
-def _row(record: CaptureRecord, figures: CaptureSummary | None, palette: dict[str, str], who: str) -> str:
+def _row(record: CaptureRecord, figures: CaptureSummary | None, palette: dict[str, str], who: str,
+         marks: bool = False) -> str:
     e = html.escape
     role = record.role or "step"
     source = f"{record.engine} {record.version or ''}".strip() if record.is_engine else (record.backend or "-")
@@ -307,7 +331,9 @@ def _row(record: CaptureRecord, figures: CaptureSummary | None, palette: dict[st
     if figures is not None:
         for problem in figures.problems:
             detail.append(f"<div class=err>cannot read all of the trace: {e(problem)}</div>")
-        if figures.empty:
+        if marks:
+            detail.append(f"<div class=note>{DRIVER_NOTE}</div>")
+        elif figures.empty:
             detail.append("<div class=err>the trace holds no operator</div>")
         if figures.ops:
             rows = "".join(f"<tr><td>{e(o.name)}</td><td>{o.self_s * 1000:.3f}</td><td>{o.total_s * 1000:.3f}</td>"
@@ -368,6 +394,8 @@ vertical-align:top}th{background:#f3f3f6;font-weight:600}
 .phases td:nth-child(3){width:900px}.stack{display:flex;height:20px;border-radius:3px;overflow:hidden}
 .seg{color:#fff;font-size:11px;line-height:20px;padding-left:4px;white-space:nowrap;overflow:hidden;
 text-shadow:0 0 2px #000}
+.heat th.stephead{text-align:center;border-left:2px solid #fff}.noop{font-size:12px;white-space:nowrap}
+.bar.marker{stroke:#99a;stroke-dasharray:1 2}
 .heat td{text-align:right;font-variant-numeric:tabular-nums;color:#111}.heat td.straggler{font-weight:700;
 outline:2px solid #be0032;outline-offset:-2px}
 .opsgrid{display:flex;flex-wrap:wrap;gap:18px}.opsblock{min-width:300px}

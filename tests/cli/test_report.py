@@ -128,8 +128,8 @@ def test_report_marks_the_straggler_of_a_known_run(tmp_path: Path) -> None:
     out = tmp_path / "r.html"
     assert main(["report", str(tmp_path / "run"), "-o", str(out)]) == 0
     text = out.read_text(encoding="utf-8")
-    stars = re.findall(r'class="cell straggler" data-process="([^"]+)" data-role="([^"]+)"', text)
-    assert stars == [("actor rank 2", "actor_update")]
+    stars = re.findall(r'class="cell straggler" data-process="([^"]+)" data-role="([^"]+)" data-step="(\d+)"', text)
+    assert stars == [("actor rank 2", "actor_update", "1"), ("actor rank 2", "actor_update", "2")]  # slow in both
     labels = re.findall(r'<text class=rowlabel[^>]*>([^<]+)</text>', text)
     assert labels == [f"actor rank {r}" for r in range(4)]
     # Shares of step 1: rollout 0.4, ref 0.1, actor_update 0.48 (rank 2's 0.3 x 1.6) of 0.98.
