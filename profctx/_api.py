@@ -91,7 +91,11 @@ def get_config() -> ProfilerConfig | None:
 def flush(timeout: float | None = None) -> bool:
     """Wait until every stopped capture's files are written; return whether all finished in time."""
     runtime = OWNER.runtime
-    return True if runtime is None else runtime.flush(timeout)
+    if runtime is None:
+        return True
+    done = runtime.flush(timeout)
+    runtime.tell_if_nothing_captured(final=False)  # said once the window is over
+    return done
 
 
 def attach(*adapters: EngineAdapter) -> None:

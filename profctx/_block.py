@@ -359,7 +359,10 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
                               and (step is None or rt.run is None)):  # rt.opens_nothing(...), written out
                 tags = self._tags
                 new = Unfrozen()
-                new.step = parent.step if step is None else step
+                if step is None:
+                    new.step = parent.step
+                else:  # a step block: one store per step, the step named should nothing be captured
+                    new.step = owner.last_step = step
                 new.roles = parent.roles if role is None else parent.roles + role_parts(role)
                 new._tags = merge_tags(parent._tags, tags) if tags else parent._tags
                 new.__class__ = Scope  # type: ignore[assignment]

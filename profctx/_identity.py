@@ -1,11 +1,16 @@
-"""Who this process is: rank, world size, host, pid."""
+"""Who this process is: rank, world size, host, pid, and the run its launcher started it in."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import final
+from typing import Final, final
+
+#: The longest run id (it becomes part of file names).
+RUN_ID_MAX: Final = 64
 
 
 @final
@@ -82,3 +87,66 @@ def _env_int(name: str) -> int | None:
     except ValueError:
         return None
     return value if value >= 0 else None
+
+
+def launcher_run_id(environ: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+    """Return ``(run id, launcher)`` shared by every process the launcher started, or ``None``.
+
+    Read from ``environ`` (default ``os.environ``), first match wins:
+
+    1. ``TORCHELASTIC_RUN_ID`` (torchrun's ``--rdzv-id``; a fresh UUID per single-node launch
+       and with ``--standalone``): ``torchrun-<id>``.
+    2. Slurm, inside an ``srun`` step: ``slurm-<SLURM_JOB_ID>.<SLURM_STEP_ID>`` (two steps of one
+       job are two runs).
+    3. PMIx (Open MPI 5, PRRTE, ``srun --mpi=pmix``): ``mpi-<PMIX_NAMESPACE>``; Open MPI 4's
+       ``OMPI_MCA_ess_base_jobid``: ``mpi-<jobid>``.
+    4. torchrun's default ``--rdzv-id`` ``none`` (static rendezvous, e.g. ``--master-port`` given),
+       and DeepSpeed's launcher (``CROSS_RANK``/``LOCAL_SIZE``), which name no launch: the
+       launcher process this process was started by (host, parent pid and its start time),
+       so one launch on one node is one run.
+
+    The id is made file-name safe (letters, digits, ``.``, ``_``, ``-``; at most
+    :data:`RUN_ID_MAX` characters, a long one ends in a hash of the whole).
+    """
+    env = os.environ if environ is None else environ
+    elastic = env.get("TORCHELASTIC_RUN_ID", "").strip()
+    if elastic and elastic.lower() != "none":
+        return run_id_of("torchrun", elastic), "torchrun"
+    job = env.get("SLURM_JOB_ID", "").strip() or env.get("SLURM_JOBID", "").strip()
+    step = env.get("SLURM_STEP_ID", "").strip() or env.get("SLURM_STEPID", "").strip()
+    if job and step:
+        return run_id_of("slurm", f"{job}.{step}"), "slurm"
+    namespace = env.get("PMIX_NAMESPACE", "").strip()
+    if namespace:
+        return run_id_of("mpi", namespace), "mpi"
+    ompi_job = env.get("OMPI_MCA_ess_base_jobid", "").strip()
+    if ompi_job and env.get("OMPI_COMM_WORLD_SIZE", "").strip():
+        return run_id_of("mpi", ompi_job), "mpi"
+    if elastic:
+        return run_id_of("torchrun", _parent_launch()), "torchrun"
+    if env.get("CROSS_RANK", "").strip() and env.get("LOCAL_SIZE", "").strip() and env.get("RANK", "").strip():
+        return run_id_of("deepspeed", _parent_launch()), "deepspeed"
+    return None
+
+
+def run_id_of(launcher: str, raw: str) -> str:
+    """Return ``<launcher>-<raw>`` made file-name safe and at most :data:`RUN_ID_MAX` characters."""
+    clean = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "-" for c in raw).strip("-.")
+    text = f"{launcher}-{clean or 'x'}"
+    if len(text) <= RUN_ID_MAX and clean == raw:
+        return text
+    # Changed or cut: a hash of the raw id keeps two ids that clean to the same text apart.
+    digest = hashlib.sha1(raw.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    return f"{text[: RUN_ID_MAX - len(digest) - 1]}-{digest}"
+
+
+def _parent_launch() -> str:
+    """Return a short id of the process that started this one, unique per launch on this host."""
+    ppid = os.getppid()
+    started = ""
+    try:  # Linux: the parent's start time (clock ticks since boot) tells a reused pid apart
+        with open(f"/proc/{ppid}/stat", "rb") as handle:
+            started = handle.read().rsplit(b")", 1)[-1].split()[19].decode()
+    except (OSError, IndexError, UnicodeDecodeError):
+        pass
+    return hashlib.sha1(f"{hostname()}:{ppid}:{started}".encode()).hexdigest()[:12]

@@ -79,7 +79,7 @@ class Owner:
     """
 
     __slots__ = ("_lock", "carried", "carry_cache", "config", "control", "driver", "env_read", "gate", "held", "hooks",
-                 "runtime", "step_hooks", "switches")
+                 "last_step", "runtime", "step_hooks", "switches")
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -110,6 +110,8 @@ class Owner:
         #: The thread a worker's held steps start and stop on when Ray runs control calls off
         #: the main thread (``profctx.ray``'s control executor), if started.
         self.control: Any = None
+        #: The step the last step block of this process entered (named when nothing was captured).
+        self.last_step: int | None = None
 
     # -- switches -----------------------------------------------------------------------------
 
@@ -192,6 +194,7 @@ class Owner:
             self.carried = None
             self.carry_cache = None
             self.env_read = False
+            self.last_step = None
             self.gate.clear()
             self.refresh()
         if control is not None:

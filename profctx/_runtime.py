@@ -22,11 +22,11 @@ from ._capture import Capture, Range
 from ._config import ProfilerConfig
 from ._errors import ProfilingError
 from ._files import make_folders, sweep_tree
-from ._identity import Identity, detectable, resolve
-from ._layout import Spans, trace_stem
+from ._identity import Identity, detectable, launcher_run_id, resolve
+from ._layout import MANIFEST_DIR, Spans, trace_stem
 from ._log import logger, warn_once
 from ._manifest import ManifestWriter, Record
-from ._plan import Actions, Enter, Policy, decide
+from ._plan import Actions, Enter, Policy, decide, role_matches
 from ._scope import Scope
 from ._window import StepWindow
 from .backends import CaptureSpec, backend_class, choose_tool
@@ -38,6 +38,15 @@ if TYPE_CHECKING:
 def new_run_id() -> str:
     """Return a fresh run id: UTC time plus 6 random hex digits."""
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()
+
+
+def default_run_id() -> str:
+    """Return the run id of a config that names none: the launcher's shared id, else a fresh one."""
+    found = launcher_run_id()
+    if found is None:
+        return new_run_id()
+    logger.debug("profctx: run id %s, from %s's environment", found[0], found[1])
+    return found[0]
 
 
 class Opened:
@@ -208,7 +217,9 @@ class Runtime:
             logger.info("profctx: %s", self.tool_note)
         self.backend: Any = backend_class(self.tool)()
         self.save_path = Path(config.save_path).expanduser().absolute()
-        self.run_id = config.run_id or os.environ.get("PROFCTX_RUN_ID") or new_run_id()
+        with contextlib.suppress(OSError):  # marks a configured save_path: `profctx ls` says "no capture yet"
+            (self.save_path / MANIFEST_DIR).mkdir(parents=True, exist_ok=True)
+        self.run_id = config.run_id or os.environ.get("PROFCTX_RUN_ID") or default_run_id()
         #: The open contiguous capture (``contiguous=True``), if any.
         self.run: Capture | None = None
         self.errors: list[str] = []
@@ -341,6 +352,8 @@ class Runtime:
         if self.deferred:
             self.stop_deferred()
         step = scope.step
+        if sets_step:
+            self.owner.last_step = step
         if step is None or step not in self.window:
             if sets_step and self.run is not None:
                 self.close_run()
@@ -581,7 +594,96 @@ class Runtime:
                 capture.abandon("still recording at exit on a thread that did not stop it; "
                                 "the profiler can only be stopped on the thread that started it")
         self.flush(timeout)
+        self.tell_if_nothing_captured(final=True)
         manifest = self._manifest
         if manifest is not None:
             manifest.close(timeout=min(timeout or 0.0, 5.0))
         logger.debug("profctx runtime %s shut down", self.run_id)
+
+    # -- nothing captured ---------------------------------------------------------------------
+
+    def tell_if_nothing_captured(self, *, final: bool) -> None:
+        """Warn (once per process) when the config selected this process and it captured nothing, or no role.
+
+        ``final``: the configuration ends here (exit, ``reset()``, a new ``configure()``);
+        otherwise (``profctx.flush()``) only once the steps seen are past the window. Never raises.
+        """
+        try:
+            note = self.nothing_captured(final=final)
+        except Exception as exc:  # noqa: BLE001 - exit paths must not raise
+            logger.debug("profctx: could not tell whether anything was captured: %s", exc)
+            return
+        if note is not None:
+            warn_once("nothing-captured", "profctx: %s", note)
+
+    def nothing_captured(self, *, final: bool) -> str | None:
+        """Return why this process captured nothing (or no role), when it should say so; else ``None``.
+
+        Read from what the runtime keeps anyway, so blocks pay nothing for it: the last step a
+        step block entered (``Owner.last_step``), and the plan decisions memoised per role path
+        for blocks inside the window (:meth:`open`, :meth:`role_block`), plus the roles of this
+        process's ``@profiled`` functions. Silent when nothing here is wrong: the rank is not
+        selected, no step was ever marked, or (not ``final``) the window is not over yet.
+        """
+        if not self.rank_selected():
+            return None
+        window = self.window
+        last = self.owner.last_step
+        over = final or (last is not None and bool(window.steps) and last > window.last)
+        steps = sorted({key[1] for key in list(self._decisions) if isinstance(key[1], int)})
+        entered = bool(steps or self._roles)
+        captured = self._manifest is not None or self.run is not None or bool(self._token)
+        if not over:
+            return None
+        shown = f"steps={window.describe()!r}"
+        if not entered:
+            if captured or last is None:
+                return None
+            return (f"nothing was captured in this process: no block entered a step of the window {shown} "
+                    f"(the last step seen: {last}); check `steps` against the step numbers the loop passes "
+                    "to profile_step()")
+        patterns = self.config.roles
+        if self.config.mode == "step" and not (captured and patterns):
+            return None
+        paths = {"/".join(roles) for roles in self._seen_role_paths() if roles}
+        declared = sorted(set(list(self.owner.switches)) - paths)
+        where = f"in the window (steps {_spans(steps)})" if steps else "in the window"
+        if patterns:
+            if any(role_matches(patterns, tuple(path.split("/"))) for path in paths | set(declared)):
+                return None
+            if not paths and not declared:
+                return None if captured else (
+                    f"nothing was captured in this process: mode='role' captures roles, and no role block ran "
+                    f"{where}")
+            seen = _bounded(sorted(paths)) if paths else "none"
+            also = f"; roles of @profiled functions: {_bounded(declared)}" if declared else ""
+            head = ("the step captures hold no role ranges" if captured
+                    else "nothing was captured in this process")
+            return (f"{head}: the role filter roles={list(patterns)!r} matched none of the roles seen {where}: "
+                    f"{seen}{also} (a pattern is matched, fnmatch-style, against a role's name or its path)")
+        if captured or paths:
+            return None
+        return f"nothing was captured in this process: mode='role' captures roles, and no role block ran {where}"
+
+    def _seen_role_paths(self) -> set[tuple[str, ...]]:
+        """Return the role paths of the blocks the plan was asked about inside the window."""
+        found: set[tuple[str, ...]] = {key[0] for key in list(self._roles)}
+        found.update(key[2] for key in list(self._decisions))
+        return found
+
+
+def _bounded(names: list[str], limit: int = 8) -> str:
+    """Return ``names`` joined by commas, the first ``limit`` of them and how many more."""
+    shown = ", ".join(names[:limit])
+    return shown if len(names) <= limit else f"{shown} and {len(names) - limit} more"
+
+
+def _spans(steps: list[int]) -> str:
+    """Return sorted ``steps`` as ranges: ``3-5, 9``."""
+    runs: list[list[int]] = []
+    for step in steps:
+        if runs and step == runs[-1][1] + 1:
+            runs[-1][1] = step
+        else:
+            runs.append([step, step])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)

@@ -63,6 +63,9 @@ def check_folder(folder: str) -> Path:
     if not path.is_dir():
         raise UsageError(f"{folder}: not a folder")
     if not ManifestReader(path).shards():
+        empty = no_capture_yet(path)
+        if empty is not None:
+            raise UsageError(f"{folder}: {empty}")
         hint = ""
         for parent in path.absolute().parents:
             if (parent / MANIFEST_DIR).is_dir():
@@ -73,6 +76,15 @@ def check_folder(folder: str) -> Path:
             + (hint or "; pass the save_path given to profctx.configure()")
         )
     return path
+
+
+def no_capture_yet(path: Path) -> str | None:
+    """Return what to say of a folder ``profctx.configure()`` was given that holds no capture record yet."""
+    if not (path / MANIFEST_DIR).is_dir() or ManifestReader(path).shards():
+        return None
+    return ("a profctx folder with no capture yet: profctx.configure() was given this save_path, and no process "
+            "has recorded a capture here (the window not reached yet, a role filter that matches no role, or "
+            "no selected rank); a process that ends without capturing logs a warning saying which")
 
 
 def stream_run(folder: str, args: argparse.Namespace | None = None, *, run: str | None = None,

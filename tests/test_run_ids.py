@@ -1,0 +1,134 @@
+"""Run ids of launchers: the ranks one launch started share one run; a real 2-rank torchrun job is one run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import profctx
+from profctx._identity import RUN_ID_MAX, launcher_run_id
+from profctx.cli import main
+from profctx.manifest import ManifestReader
+
+
+def _safe(run_id: str) -> bool:
+    return 0 < len(run_id) <= RUN_ID_MAX and all(c.isascii() and (c.isalnum() or c in "._-") for c in run_id)
+
+
+@pytest.mark.parametrize(("environ", "expected"), [
+    ({"TORCHELASTIC_RUN_ID": "0f3c7e2a-5b1d-4c8e-9a6f-1d2e3f4a5b6c"},
+     ("torchrun-0f3c7e2a-5b1d-4c8e-9a6f-1d2e3f4a5b6c", "torchrun")),
+    ({"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0"}, ("slurm-4242.0", "slurm")),
+    ({"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "3"}, ("slurm-4242.3", "slurm")),
+    ({"PMIX_NAMESPACE": "prterun-node1-1234@1", "OMPI_COMM_WORLD_SIZE": "4"}, None),  # checked below: sanitised
+    ({"OMPI_MCA_ess_base_jobid": "301465601", "OMPI_COMM_WORLD_SIZE": "4"}, ("mpi-301465601", "mpi")),
+    ({"SLURM_JOB_ID": "4242"}, None),  # a batch script, not an srun step: not a launch of ranks
+    ({"RANK": "1", "WORLD_SIZE": "2"}, None),  # ranks set by hand: nothing tells two launches apart
+    ({}, None),
+])
+def test_launcher_ids_in_order(environ: dict[str, str], expected: tuple[str, str] | None) -> None:
+    found = launcher_run_id(environ)
+    if "PMIX_NAMESPACE" in environ:
+        assert found is not None and found[1] == "mpi" and found[0].startswith("mpi-prterun-node1-1234-")
+        assert _safe(found[0])
+        return
+    assert found == expected
+
+
+def test_an_explicit_rdzv_id_wins_over_slurm_and_the_default_none_does_not() -> None:
+    slurm = {"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "1"}
+    assert launcher_run_id({**slurm, "TORCHELASTIC_RUN_ID": "job7"}) == ("torchrun-job7", "torchrun")
+    assert launcher_run_id({**slurm, "TORCHELASTIC_RUN_ID": "none"}) == ("slurm-7.1", "slurm")
+
+
+def test_torchruns_default_none_and_deepspeeds_launcher_name_the_launching_process() -> None:
+    torchrun = launcher_run_id({"TORCHELASTIC_RUN_ID": "none"})
+    deepspeed = launcher_run_id({"RANK": "0", "CROSS_RANK": "0", "LOCAL_SIZE": "2"})
+    assert torchrun is not None and deepspeed is not None
+    assert torchrun[0].startswith("torchrun-") and deepspeed[0].startswith("deepspeed-")
+    # Same parent process: same id; a sibling started by the same launcher gets it too.
+    assert launcher_run_id({"TORCHELASTIC_RUN_ID": "none"}) == torchrun
+    code = "from profctx._identity import launcher_run_id; print(launcher_run_id({'TORCHELASTIC_RUN_ID': 'none'})[0])"
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert other != torchrun[0]  # its launcher is this test process, not this test's parent
+
+
+@pytest.mark.parametrize("raw", ["my job/1", "a" * 200, "../../etc", "é-run", "x\ny", "..."])
+def test_any_launcher_id_becomes_a_safe_distinct_file_name(raw: str) -> None:
+    found = launcher_run_id({"TORCHELASTIC_RUN_ID": raw})
+    assert found is not None and _safe(found[0]) and "/" not in found[0]
+    assert found[0] != launcher_run_id({"TORCHELASTIC_RUN_ID": raw + "2"})  # type: ignore[comparison-overlap]
+
+
+def test_run_id_precedence_configure_then_env_then_launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from profctx._owner import OWNER
+
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "abc")
+    profctx.configure(steps=[1], save_path=tmp_path, exit_hooks=False, warmup=False)
+    assert OWNER.runtime is not None and OWNER.runtime.run_id == "torchrun-abc"
+    monkeypatch.setenv("PROFCTX_RUN_ID", "mine")
+    profctx.configure(steps=[1], save_path=tmp_path, exit_hooks=False, warmup=False)
+    assert OWNER.runtime is not None and OWNER.runtime.run_id == "mine"
+    profctx.configure(steps=[1], save_path=tmp_path, run_id="given", exit_hooks=False, warmup=False)
+    assert OWNER.runtime is not None and OWNER.runtime.run_id == "given"
+
+
+# -- a real torchrun job -------------------------------------------------------------------------------------
+
+_TRAIN = textwrap.dedent("""
+    import sys
+    import torch
+    import torch.distributed as dist
+    import profctx
+
+    dist.init_process_group("gloo")
+    profctx.configure(steps="2:3", ranks="all", save_path=sys.argv[1], warmup=False)
+    model = torch.nn.Linear(8, 8)
+    for step in range(1, 4):
+        with profctx.profile_step(step):
+            with profctx.profile_step(role="forward"):
+                loss = model(torch.randn(4, 8)).sum()
+            with profctx.profile_step(role="allreduce"):
+                loss.backward()
+                for p in model.parameters():
+                    dist.all_reduce(p.grad)
+    dist.destroy_process_group()
+""")
+
+
+@pytest.fixture(scope="module")
+def torchrun_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One real ``torch.distributed.run`` job, 2 ranks on CPU (gloo), no PROFCTX_RUN_ID."""
+    root = tmp_path_factory.mktemp("torchrun")
+    script = root / "train.py"
+    script.write_text(_TRAIN)
+    save = root / "profiles"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PROFCTX_", "TORCHELASTIC_", "SLURM_", "PMIX_", "OMPI_"))
+           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env["OMP_NUM_THREADS"] = "1"
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(script), str(save)],
+        env=env, capture_output=True, text=True, timeout=300, cwd=root,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return save
+
+
+def test_both_ranks_of_a_torchrun_job_land_in_one_run(torchrun_job: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    records = list(ManifestReader(torchrun_job))
+    assert {r.rank for r in records} == {0, 1}
+    (run,) = {r.run for r in records}
+    assert run is not None and run.startswith("torchrun-")
+    assert main(["ls", str(torchrun_job), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert {(r["rank"], r["run"]) for r in listed} == {(0, run), (1, run)}
+    assert main(["summary", str(torchrun_job), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["run"] == run and len(summary["processes"]) == 2
