@@ -1,0 +1,91 @@
+"""Read many traces in a process pool, results in input order; one process where a pool cannot help.
+
+Parsing a trace is CPU-bound Python (the GIL holds it), so threads do not help and processes
+do: each worker reads whole files and sends back only their figures, which are small (a few
+hundred operators per trace). A pool costs a fork and a round trip per file, so it is used only
+when there are at least two files and enough bytes to pay for it (:func:`jobs_for`).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any, Final, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+#: Estimated JSON bytes under which reading stays in one process (a pool's start and round trips
+#: cost tens of milliseconds; this much JSON takes a few hundred).
+AUTO_MIN_BYTES: Final = 32 << 20
+#: How many times its size a ``.gz`` trace inflates to, for the estimate (torch traces: 10 to 20).
+GZIP_RATIO: Final = 10
+
+
+def cpus() -> int:
+    """Return the number of CPUs this process may run on."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    if affinity is not None:
+        try:
+            return max(1, len(affinity(0)))
+        except OSError:  # pragma: no cover - a platform that lists none
+            pass
+    return max(1, os.cpu_count() or 1)
+
+
+def jobs_for(paths: Sequence[str | os.PathLike[str]], jobs: int | None) -> int:
+    """Return how many processes read ``paths``: ``jobs`` when given (at least 1, at most one per file),
+    else, automatically, one per CPU when there are two files or more and about :data:`AUTO_MIN_BYTES`
+    of JSON to read, and 1 otherwise."""
+    if jobs is not None:
+        return max(1, min(jobs, len(paths)))
+    if len(paths) < 2:
+        return 1
+    estimate = 0
+    for path in paths:
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            continue
+        estimate += size * GZIP_RATIO if str(path).endswith(".gz") else size
+        if estimate >= AUTO_MIN_BYTES:
+            return max(1, min(cpus(), len(paths)))
+    return 1
+
+
+def _context() -> Any:
+    """Fork where it is safe (Linux, this process has one thread: a forked copy inherits its imports for
+    free); the platform's default elsewhere."""
+    if sys.platform.startswith("linux") and threading.active_count() == 1:
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context()
+
+
+def ordered_map(fn: Callable[[T], R], items: Sequence[T], jobs: int) -> Iterator[R]:
+    """Yield ``fn(item)`` for each of ``items``, in order, computed by ``jobs`` processes (in this one for 1).
+
+    ``fn`` and the items must pickle (a module-level function, or a ``functools.partial`` of one).
+    An exception raised by ``fn`` is raised here. If a worker dies (killed, out of memory), the
+    items not yet yielded are computed in this process.
+    """
+    if jobs <= 1 or len(items) < 2:
+        yield from map(fn, items)
+        return
+    done = 0
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=_context())
+    try:
+        # One item a task: traces differ in size by orders of magnitude, so chunks would balance badly.
+        for result in pool.map(fn, items):
+            yield result
+            done += 1
+    except BrokenProcessPool:
+        pool.shutdown(wait=True, cancel_futures=True)
+        yield from map(fn, items[done:])
+    finally:
+        # A caller that stops early (an error, a closed generator) does not wait for the files left.
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,65 @@
+"""Reading traces in a process pool: results in order, errors raised, a dead worker's share read here."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from profctx.analysis._parallel import AUTO_MIN_BYTES, cpus, jobs_for, ordered_map
+
+PARENT = os.getpid()
+
+
+def double(x: int) -> int:
+    return 2 * x
+
+
+def fail_on_three(x: int) -> int:
+    if x == 3:
+        raise ValueError("three")
+    return x
+
+
+def die_in_a_worker(x: int) -> int:
+    if x == 3 and os.getpid() != PARENT:
+        os._exit(1)  # a worker killed mid-task (out of memory, a signal)
+    return 2 * x
+
+
+def test_results_come_in_input_order() -> None:
+    items = list(range(12))
+    assert list(ordered_map(double, items, 2)) == [2 * x for x in items]
+    assert list(ordered_map(double, items, 1)) == [2 * x for x in items]
+
+
+def test_an_error_in_a_worker_is_raised_here() -> None:
+    with pytest.raises(ValueError, match="three"):
+        list(ordered_map(fail_on_three, list(range(6)), 2))
+
+
+def test_a_dead_worker_leaves_the_rest_to_this_process() -> None:
+    assert list(ordered_map(die_in_a_worker, list(range(8)), 2)) == [2 * x for x in range(8)]
+
+
+def test_jobs_given_are_bounded_by_the_files(tmp_path: Path) -> None:
+    files = [tmp_path / f"{i}.json" for i in range(3)]
+    for f in files:
+        f.write_bytes(b"[]")
+    assert jobs_for(files, 8) == 3
+    assert jobs_for(files, 0) == 1
+    assert jobs_for(files[:1], 4) == 1
+
+
+def test_automatic_jobs_need_two_files_and_enough_bytes(tmp_path: Path) -> None:
+    small = [tmp_path / "a.json", tmp_path / "b.json.gz"]
+    for f in small:
+        f.write_bytes(b"[]")
+    assert jobs_for(small, None) == 1  # a pool would cost more than it saves
+    big = tmp_path / "big.json"
+    with open(big, "wb") as fh:
+        fh.truncate(AUTO_MIN_BYTES)  # sparse: the size is what the estimate reads
+    assert jobs_for([big], None) == 1
+    assert jobs_for([big, *small], None) == min(cpus(), 3)
+    assert jobs_for([*small, tmp_path / "missing.json"], None) == 1
