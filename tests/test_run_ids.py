@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 import profctx
 from profctx._identity import RUN_ID_MAX, launcher_run_id
@@ -132,3 +134,23 @@ def test_both_ranks_of_a_torchrun_job_land_in_one_run(torchrun_job: Path, capsys
     assert main(["summary", str(torchrun_job), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["run"] == run and len(summary["processes"]) == 2
+
+
+def test_summary_and_report_say_which_runs_they_left_out(torchrun_job: Path, tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    save = tmp_path / "profiles"
+    shutil.copytree(torchrun_job, save)
+    profctx.configure(steps=[1], save_path=save, run_id="later", exit_hooks=False, warmup=False)
+    with profctx.profile_step(1), profctx.profile_step(role="forward"):
+        torch.nn.Linear(4, 4)(torch.randn(2, 4)).sum()
+    profctx.reset()
+
+    assert main(["summary", str(save)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("run later:") and "1 other run in this folder left out" in out and "--run all" in out
+    assert main(["report", str(save), "-o", str(tmp_path / "r.html")]) == 0
+    assert "1 other run in this folder left out" in capsys.readouterr().out
+    assert main(["summary", str(save), "--run", "all"]) == 0
+    assert "left out" not in capsys.readouterr().out
+    assert main(["summary", str(torchrun_job)]) == 0  # one run: nothing to say
+    assert "left out" not in capsys.readouterr().out

@@ -117,12 +117,40 @@ def _pct(value: float | None) -> str:
 def run_summary(args: argparse.Namespace) -> int:
     """Print the summary of a run."""
     result = _summarize(args.dir, args.run, args, sorted(set(args.step)) if args.step else None)
+    note = left_out_note(args.dir, result.run) if args.run == "latest" else None
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=1, default=str)
         sys.stdout.write("\n")
+        if note:
+            print(note, file=sys.stderr)
         return OK
     print(render_summary(result, Style(sys.stdout)))
+    if note:
+        print(f"\n{note}")
     return OK
+
+
+def left_out_note(folder: str, shown: str | None) -> str | None:
+    """Return the note that other runs under ``folder`` were left out of run ``shown``, or ``None`` when none were.
+
+    Reads the first line of each manifest shard (a shard holds one process of one run).
+    """
+    if shown is None:
+        return None
+    others: set[str] = set()
+    for shard in ManifestReader(folder).shards():
+        try:
+            with shard.open("rb") as handle:
+                run = json.loads(handle.readline()).get("run")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(run, str) and run != shown:
+            others.add(run)
+    if not others:
+        return None
+    count = f"{len(others)} other run{'s' if len(others) > 1 else ''}"
+    return (f"note: {count} in this folder left out (shown: the latest run, {shown}); --run all shows every "
+            f"run, --run ID one of them ('profctx ls {folder}' lists them)")
 
 
 def render_summary(result: Summary, style: Style) -> str:

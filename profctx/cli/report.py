@@ -12,6 +12,7 @@ from .._report import render
 from ..analysis import summarize_records
 from ..manifest import drivers
 from ._common import FINDINGS, OK, Progress, UsageError, add_filters, guarded, open_run, size, stream_run
+from .analyse import left_out_note
 
 
 def register(subparsers: Any) -> None:
@@ -42,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--ops {args.ops}: must be 0 or more")
     if args.straggler_ratio <= 1:
         raise UsageError(f"--straggler-ratio {args.straggler_ratio}: must be greater than 1")
+    latest = args.run == "latest"
     if args.run == "all":
         args.run = None
     profiled = open_run(args.dir, args)
@@ -64,4 +66,7 @@ def run(args: argparse.Namespace) -> int:
     failed = sum(1 for r in records if r.status == "failed")
     print(f"wrote {output} ({size(output.stat().st_size)}): {len(records)} captures"
           + (f", {failed} failed" if failed else ""))
+    note = left_out_note(args.dir, records[0].run if records else None) if latest else None
+    if note:
+        print(note)
     return FINDINGS if failed else OK
