@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import socket
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -83,44 +84,34 @@ def test_run_id_precedence_configure_then_env_then_launcher(tmp_path: Path, monk
 
 # -- a real torchrun job -------------------------------------------------------------------------------------
 
-_TRAIN = textwrap.dedent("""
-    import sys
-    import torch
-    import torch.distributed as dist
-    import profctx
+ROOT = Path(__file__).resolve().parents[1]
 
-    dist.init_process_group("gloo")
-    profctx.configure(steps="2:3", ranks="all", save_path=sys.argv[1], warmup=False)
-    model = torch.nn.Linear(8, 8)
-    for step in range(1, 4):
-        with profctx.profile_step(step):
-            with profctx.profile_step(role="forward"):
-                loss = model(torch.randn(4, 8)).sum()
-            with profctx.profile_step(role="allreduce"):
-                loss.backward()
-                for p in model.parameters():
-                    dist.all_reduce(p.grad)
-    dist.destroy_process_group()
-""")
+
+def _page_script() -> str:
+    """Return the training script docs/torchrun.md shows (its test_docs run only defines ``main``)."""
+    page = (ROOT / "docs" / "torchrun.md").read_text(encoding="utf-8")
+    (script,) = [m for m in re.findall(r"^```python\n(.*?)^```", page, re.M | re.S) if "init_process_group" in m]
+    return script
+
+
+def _clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PROFCTX_", "TORCHELASTIC_", "SLURM_", "PMIX_", "OMPI_"))
+           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "CROSS_RANK")}
+    env["OMP_NUM_THREADS"] = "1"
+    return env
 
 
 @pytest.fixture(scope="module")
 def torchrun_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One real ``torch.distributed.run`` job, 2 ranks on CPU (gloo), no PROFCTX_RUN_ID."""
+    """docs/torchrun.md's script run by ``torch.distributed.run``: 2 ranks on CPU (gloo), no PROFCTX_RUN_ID."""
     root = tmp_path_factory.mktemp("torchrun")
     script = root / "train.py"
-    script.write_text(_TRAIN)
-    save = root / "profiles"
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PROFCTX_", "TORCHELASTIC_", "SLURM_", "PMIX_", "OMPI_"))
-           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    env["OMP_NUM_THREADS"] = "1"
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(script), str(save)],
-        env=env, capture_output=True, text=True, timeout=300, cwd=root,
-    )
+    script.write_text(_page_script())
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(script)],
+                          env=_clean_env(), capture_output=True, text=True, timeout=300, cwd=root)
     assert done.returncode == 0, done.stderr[-4000:]
-    return save
+    return root / "profiles"
 
 
 def test_both_ranks_of_a_torchrun_job_land_in_one_run(torchrun_job: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -154,3 +145,22 @@ def test_summary_and_report_say_which_runs_they_left_out(torchrun_job: Path, tmp
     assert "left out" not in capsys.readouterr().out
     assert main(["summary", str(torchrun_job)]) == 0  # one run: nothing to say
     assert "left out" not in capsys.readouterr().out
+
+
+def test_a_static_torchrun_launch_without_rdzv_id_is_one_run_and_two_launches_two(tmp_path: Path) -> None:
+    """``--master-port`` keeps torchrun's static rendezvous, whose id is ``none`` for every launch."""
+    script = tmp_path / "ids.py"
+    script.write_text("from profctx._identity import launcher_run_id\nprint('ID', launcher_run_id()[0])\n")
+    seen = []
+    for _ in range(2):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                               "--master-port", str(port), str(script)],
+                              env=_clean_env(), capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-4000:]
+        ids = {line.split()[-1] for line in done.stdout.splitlines() if line.startswith("ID ")}
+        assert len(ids) == 1 and next(iter(ids)).startswith("torchrun-"), done.stdout
+        seen.append(ids.pop())
+    assert seen[0] != seen[1]
