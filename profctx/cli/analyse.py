@@ -161,12 +161,16 @@ def render_summary(result: Summary, style: Style) -> str:
         out.append("no completed captures with a single step: nothing to break down")
     rows = []
     for p in sorted(result.phases, key=lambda p: (p.step, -p.time_s)):
-        rows.append([str(p.step), p.role, seconds(p.time_s), f"{p.share:.0%}", seconds(p.median_s),
-                     f"{p.ratio:.2f}", p.straggler or ""])
+        rows.append([str(p.step), p.role, seconds(p.time_s), f"{p.share:.0%}", seconds(p.no_op_s),
+                     seconds(p.median_s), f"{p.ratio:.2f}", p.straggler or ""])
     if rows:
-        out += ["", style("Phases (time: slowest process; share of the step)", "bold"),
-                table(["STEP", "ROLE", "TIME", "SHARE", "MEDIAN", "MAX/MED", "STRAGGLER"], rows,
-                      right={0, 2, 3, 4, 5})]
+        out += ["", style("Phases (time: slowest process, its range; share of the step; no-op: its time in no "
+                          "operator)", "bold"),
+                table(["STEP", "ROLE", "TIME", "SHARE", "NO-OP", "MEDIAN", "MAX/MED", "STRAGGLER"], rows,
+                      right={0, 2, 3, 4, 5, 6})]
+    if result.overhead:
+        out.append("profiler start/stop, not in any role (slowest process): "
+                   + ", ".join(f"step {s} {seconds(t)}" for s, t in result.overhead.items()))
     trend_rows = []
     for role in result.roles:
         values = result.trend(role)
