@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from ._files import create, temporary_name
-from .manifest import _STARTED, DRIVER, CaptureRecord, ManifestReader, _capture_id, _parser
+from ._untrusted import open_regular
+from .manifest import _STARTED, DRIVER, MAX_LINE, CaptureRecord, ManifestReader, _capture_id, _parser
 
 #: Version of the index format and of the cells it holds: raise it whenever a row's cells change.
 INDEX_VERSION: Final = 2
@@ -340,7 +341,12 @@ def read_index(shard: Path) -> Indexed | None:
     """
     loads = _parser()[0]
     try:
-        entries = index_path(shard).read_bytes().split(b"\n")
+        # A run folder is untrusted: a regular file inside it, never blocking, and bounded.
+        with open_regular(index_path(shard), shard.parent.parent) as fh:
+            data = fh.read(INDEX_MAX_BYTES + 1)
+        if len(data) > INDEX_MAX_BYTES:
+            return None
+        entries = data.split(b"\n")
     except OSError:
         return None
     entries.pop()  # what follows the last newline: nothing, or a line torn by a kill
@@ -364,7 +370,7 @@ def read_index(shard: Path) -> Indexed | None:
         segments.append(value)
         end, lines = value["b"], value["lines"]
     try:
-        with open(shard, "rb") as fh:
+        with open_regular(shard, shard.parent.parent) as fh:
             size = os.fstat(fh.fileno()).st_size
             while segments:
                 last = segments[-1]
@@ -372,7 +378,9 @@ def read_index(shard: Path) -> Indexed | None:
                 if covered <= size:
                     fh.seek(max(covered - _TAIL, 0))
                     if _crc(fh.read(min(covered, _TAIL))) == last["crc"]:
-                        tail = fh.read()
+                        tail = fh.read(MAX_LINE + 1)
+                        if len(tail) > MAX_LINE:
+                            return None  # a long tail: the reader reads it in pieces
                         break
                 segments.pop()
             else:

@@ -36,6 +36,7 @@ from typing import IO, Any, Final
 
 from ._files import create, sweep, temporary_name
 from ._tracejson import EVENTS, TraceFormatError, TraceStream, header, is_trace_file
+from ._untrusted import UnsafeFileError, files_under
 from .manifest import DRIVER, CaptureRecord, process_names
 
 try:
@@ -83,6 +84,8 @@ class MergeInput:
     path: Path
     record: CaptureRecord
     order: tuple[Any, ...]
+    #: The run folder the file must lie in (a manifest is untrusted: see :mod:`profctx._untrusted`).
+    root: Path | None = None
 
 
 @dataclass
@@ -136,27 +139,24 @@ def plan(save_path: Path, records: Iterable[CaptureRecord],
             continue
         paths = [f.path for f in record.files]
         if record.is_engine and not record.lists_files and record.folder:
-            paths = _engine_files(save_path, record.folder, listed)
+            try:
+                paths = _engine_files(save_path, record.folder, listed)
+            except UnsafeFileError as exc:
+                notes.append(f"{exc}: its traces left out")
+                paths = []
         for rel in paths:
             if not is_trace_file(rel):
                 notes.append(f"{rel}: not a Chrome trace, left out")
                 continue
             order = (run_order.get(record.run or "", 0), _process_order(record), record.begin, rel)
-            inputs.append(MergeInput(save_path / rel, record, order))
+            inputs.append(MergeInput(save_path / rel, record, order, save_path))
     inputs.sort(key=lambda item: item.order)
     return inputs, notes
 
 
 def _engine_files(save_path: Path, folder: str, listed: set[str]) -> list[str]:
-    root = save_path / folder
-    if not root.is_dir():
-        return []
-    found = []
-    for path in sorted(root.rglob("*.json*")):
-        rel = path.relative_to(save_path).as_posix() if path.is_relative_to(save_path) else str(path)
-        if path.is_file() and is_trace_file(rel) and rel not in listed and not path.name.startswith((".", "merged.")):
-            found.append(rel)
-    return found
+    return [rel for rel in files_under(save_path, folder)
+            if is_trace_file(rel) and rel not in listed and not rel.rpartition("/")[2].startswith((".", "merged."))]
 
 
 class _Sink:
@@ -303,7 +303,7 @@ def merge(
     out_base_ns = math.floor(min(known)) * 1_000_000_000 if known else 0
     # torch writes one baseTimeNanoseconds for every process of a host (whole seconds): taking the
     # smallest as the merged base leaves most events' ts untouched, which is most of the merge's speed.
-    bases = [b for b in (_head_base(i.path) for i in inputs) if b is not None and b <= out_base_ns]
+    bases = [b for b in (_head_base(i.path, i.root) for i in inputs) if b is not None and b <= out_base_ns]
     if bases:
         out_base_ns = min(bases)
     base_us = out_base_ns / 1000
@@ -431,7 +431,7 @@ def _merge_one(
     count = 0
     damaged = 0
     try:
-        with TraceStream(item.path) as stream:
+        with TraceStream(item.path, item.root) as stream:
             for key, value in stream.batches():
                 if key != EVENTS:
                     meta[key] = value
@@ -669,8 +669,8 @@ def _shift(item: MergeInput, meta: dict[str, Any], out_base_ns: int, result: Mer
     if not isinstance(base, int):
         # Metadata may follow the events: read the file's top level once more to find out.
         try:
-            meta_full, first = header(item.path)
-        except TraceFormatError:
+            meta_full, first = header(item.path, item.root)
+        except (TraceFormatError, OSError):
             meta_full, first = {}, None
         base = meta_full.get("baseTimeNanoseconds")
         if not isinstance(base, int):
@@ -683,10 +683,10 @@ def _shift(item: MergeInput, meta: dict[str, Any], out_base_ns: int, result: Mer
     return (base - out_base_ns) / 1000
 
 
-def _head_base(path: Path) -> int | None:
+def _head_base(path: Path, root: Path | None = None) -> int | None:
     """Return the ``baseTimeNanoseconds`` a trace gives before its events, or ``None``."""
     try:
-        with TraceStream(path) as stream:
+        with TraceStream(path, root) as stream:
             for key, value in stream.batches():
                 if key == EVENTS:
                     return None

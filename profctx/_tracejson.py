@@ -10,6 +10,12 @@ is parsed in one call to a C parser (``orjson`` when installed, else the standar
 A cut that falls inside a string or a nested object makes that parse fail; the reader then
 tries an earlier boundary and, last, decodes one value at a time, so any valid JSON reads.
 Everything outside the array (metadata keys, before or after it) is decoded value by value.
+
+What it reads is untrusted (run folders come from elsewhere): the file is opened as
+:func:`profctx._untrusted.open_regular` opens it (a regular file, never blocking, inside the
+run folder when one is given), JSON nested deeper than :data:`~profctx._untrusted.MAX_DEPTH`
+is damage, and a gzip stream that inflates more than :data:`MAX_RATIO` times its compressed
+size (past its first :data:`RATIO_FREE` bytes) or beyond :data:`MAX_INFLATED` is cut there.
 """
 
 from __future__ import annotations
@@ -17,10 +23,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, Final
+
+from ._untrusted import MAX_DEPTH, open_regular, too_deep
 
 try:
     import orjson as _orjson
@@ -29,7 +38,7 @@ try:
     _ParseError: tuple[type[Exception], ...] = (_orjson.JSONDecodeError, ValueError)
 except ImportError:  # pragma: no cover - exercised when the extra is absent
     _loads = json.loads
-    _ParseError = (ValueError,)
+    _ParseError = (ValueError, RecursionError)
 
 #: Bytes read from the file per refill (compressed bytes for ``.gz``).
 CHUNK: Final = 1 << 20
@@ -42,12 +51,19 @@ _TRIES: Final = 4
 #: The largest single value the reader looks for the end of: past it the data is damaged (a
 #: trace's values outside the event array, and its events, are far smaller).
 MAX_VALUE: Final = 64 << 20
+#: A gzip trace may inflate to at most this many times the compressed bytes read so far...
+MAX_RATIO: Final = 100
+#: ... once past this many inflated bytes (a small file may inflate more: its whole is small).
+RATIO_FREE: Final = 64 << 20
+#: Inflated bytes read from one gzip trace at most, whatever its size (a trace has never come near).
+MAX_INFLATED: Final = 64 << 30
 #: First bytes of a JSON value.
 _STARTS: Final = frozenset(b'{["-0123456789tfn')
 #: A parse error this close to the end of what was decoded may be a token cut by the buffer's end.
 _TOKEN: Final = 64
 
 _WS: Final = frozenset(b" \t\n\r")
+_SPACE: Final = re.compile(rb"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
 
 
@@ -62,14 +78,17 @@ class DamagedDataError(ValueError):
 class TraceStream:
     """Open one trace file and walk its top level: metadata keys and event batches, in file order.
 
+    ``root``: the run folder the file must lie in (see :func:`profctx._untrusted.open_regular`);
+    raise :class:`~profctx._untrusted.UnsafeFileError` (an :class:`OSError`) for a file refused.
+
     ``consumed`` is how many bytes of the file (compressed bytes for ``.gz``) were read so
     far, for progress display. Use as a context manager; not thread-safe.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path)
-        self.size = self.path.stat().st_size
-        self._raw: IO[bytes] = open(self.path, "rb")  # noqa: SIM115 - closed by close()
+        self._raw: IO[bytes] = open_regular(self.path, root)
+        self.size = os.fstat(self._raw.fileno()).st_size
         magic = self._raw.read(2)
         self._raw.seek(0)
         self._inflate: Any = zlib.decompressobj(31) if magic == b"\x1f\x8b" else None
@@ -78,6 +97,7 @@ class TraceStream:
         self._eof = False
         self._damage: str | None = None
         self._consumed = 0
+        self._inflated = 0
         #: The JSON text of the event batch :meth:`batches` yielded last (its events separated by
         #: commas, no brackets) when it was parsed from one slice, else ``None``: the bytes a
         #: writer can copy for a batch it leaves unchanged.
@@ -142,7 +162,7 @@ class TraceStream:
                     yield from ((EVENTS, batch) for batch in self._array())
                 else:
                     yield key, self._value()
-        except (EOFError, ValueError) as exc:
+        except (EOFError, ValueError, RecursionError) as exc:
             if isinstance(exc, TraceFormatError):
                 raise
             why = self._damage or (str(exc) if isinstance(exc, DamagedDataError) else f"{type(exc).__name__}: {exc}")
@@ -188,6 +208,8 @@ class TraceStream:
                 continue
             if not isinstance(batch, list):  # pragma: no cover - "[" ... "]" parses to a list
                 return None
+            if too_deep(text):
+                raise DamagedDataError(f"the data is damaged (JSON nested deeper than {MAX_DEPTH} levels)")
             self._pos = cut + 1
             self.raw = text
             return batch
@@ -219,6 +241,13 @@ class TraceStream:
                 self._raw.seek(0, os.SEEK_END)
                 self._consumed = self.size
                 return b""
+            self._inflated += len(data)
+            if self._inflated > min(max(MAX_RATIO * self._consumed, RATIO_FREE), MAX_INFLATED):
+                self._damage = (f"the gzip data inflates over {MAX_RATIO} times its size (a gzip bomb?): "
+                                f"read stopped after {self._inflated >> 20} MB")
+                self._raw.seek(0, os.SEEK_END)
+                self._consumed = self.size
+                return b""
             if data:
                 return data
 
@@ -244,8 +273,8 @@ class TraceStream:
         while True:
             buf, pos = self._buf, self._pos
             n = len(buf)
-            while pos < n and buf[pos] in _WS:
-                pos += 1
+            if pos < n and buf[pos] in _WS:
+                pos = _SPACE.match(buf, pos).end()  # type: ignore[union-attr] # matches an empty run too
             self._pos = pos
             if pos < n:
                 return buf[pos]
@@ -264,6 +293,8 @@ class TraceStream:
             text = self._buf[self._pos:self._pos + window].decode("utf-8", "surrogateescape")
             try:
                 value, end = _DECODER.raw_decode(text)
+            except RecursionError:
+                raise DamagedDataError(f"the data is damaged (JSON nested deeper than {MAX_DEPTH} levels)") from None
             except json.JSONDecodeError as exc:
                 if exc.pos < len(text) - _TOKEN and not exc.msg.startswith("Unterminated string"):
                     # Not where a cut token (a number, true, false, null) would fail: more data cannot mend it.
@@ -286,7 +317,10 @@ class TraceStream:
                     continue
                 if not self._eof and self._fill():
                     continue
-            self._pos += len(text[:end].encode("utf-8", "surrogateescape"))
+            taken = text[:end].encode("utf-8", "surrogateescape")
+            if isinstance(value, (list, dict)) and too_deep(taken):
+                raise DamagedDataError(f"the data is damaged (JSON nested deeper than {MAX_DEPTH} levels)")
+            self._pos += len(taken)
             return value
 
 
@@ -313,14 +347,16 @@ def is_trace_file(path: str) -> bool:
     return path.endswith((".json", ".json.gz"))
 
 
-def header(path: str | os.PathLike[str]) -> tuple[dict[str, Any], float | None]:
+def header(path: str | os.PathLike[str],
+           root: str | os.PathLike[str] | None = None) -> tuple[dict[str, Any], float | None]:
     """Return a trace's top-level keys other than the events, and the smallest event ``ts``.
 
     Reads the whole file (streamed); used when metadata comes after the event array.
+    ``root``: as :class:`TraceStream` takes it.
     """
     meta: dict[str, Any] = {}
     first: float | None = None
-    with TraceStream(path) as stream:
+    with TraceStream(path, root) as stream:
         for key, value in stream.batches():
             if key != EVENTS:
                 meta[key] = value

@@ -10,6 +10,12 @@ The reader is lenient: a line that does not parse (a write cut by a crash, garba
 listed in :attr:`ManifestReader.damaged` and skipped; a value of the wrong type reads as
 ``None`` (or empty); unknown keys are kept in :attr:`CaptureRecord.extra`. Nothing a shard
 holds makes it raise; an unreadable shard is listed as damaged too.
+
+A run folder is untrusted input (it may come from elsewhere, or others may write to it): a
+shard is read only if it is a regular file inside the folder (:mod:`profctx._untrusted`), in
+pieces, and a line longer than :data:`MAX_LINE` or nested deeper than
+:data:`~profctx._untrusted.MAX_DEPTH` is listed as damaged without being held whole.
+:meth:`ManifestReader.resolve` turns a file name a record gives into a path inside the folder.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from pathlib import Path
 from typing import Any, Final, final
 
 from ._layout import MANIFEST_DIR, safe
+from ._untrusted import MAX_DEPTH, UnsafeFileError, inside, open_regular, resolve, too_deep
 
 
 @functools.cache
@@ -36,10 +43,15 @@ def _parser() -> tuple[Callable[[bytes], Any], tuple[type[Exception], ...]]:
     try:
         import orjson
     except ImportError:  # pragma: no cover - exercised when the extra is absent
-        return json.loads, (json.JSONDecodeError, UnicodeDecodeError)
+        return json.loads, (json.JSONDecodeError, UnicodeDecodeError, RecursionError)
     return orjson.loads, (orjson.JSONDecodeError, UnicodeDecodeError)
 
 
+#: A manifest line longer than this many bytes is damaged: skipped unread (a record is about 600 bytes; an
+#: engine's listing thousands of files stays far under it).
+MAX_LINE: Final = 8 << 20
+#: Bytes of a shard read at a time when it is larger than this (at most MAX_LINE: a shard this small is read whole).
+_PIECE: Final = MAX_LINE
 #: Highest record version this reader understands; newer records are skipped.
 VERSION: Final = 1
 #: The group name that marks the driver; a process outside any group is the driver where its run has groups.
@@ -400,9 +412,22 @@ class ManifestReader:
         self.damaged: list[str] = []
         self.newer = 0
 
+    def resolve(self, name: str) -> Path:
+        """Return the path of a file a record names (relative to ``save_path``), refusing one outside it.
+
+        Raise :class:`~profctx._untrusted.UnsafeFileError` (an :class:`OSError`) for an absolute
+        name or one climbing out with ``..``; links are checked when the file is opened.
+        """
+        return resolve(self.save_path, name)
+
     def shards(self) -> list[Path]:
-        """Return the shard files, those of other runs left out by name when a run is given."""
+        """Return the shard files, those of other runs left out by name when a run is given.
+
+        None when the manifest folder is a link or lies outside ``save_path``.
+        """
         folder = self.save_path / MANIFEST_DIR
+        if folder.is_symlink() or not inside(self.save_path, folder):
+            return []
         try:
             names = sorted(os.listdir(folder))
         except OSError:
@@ -417,15 +442,74 @@ class ManifestReader:
             yield from self._shard_lines(shard)
 
     def _shard_lines(self, shard: Path, lean: bool = False) -> Iterator[dict[str, Any]]:
+        lines = self._read(shard)
+        if lines is not None:
+            yield from self._lines(shard.name, lines, lean)
+
+    def _read(self, shard: Path) -> list[bytes] | None:
+        """Return the lines of ``shard`` (``b""`` for one over :data:`MAX_LINE`, listed damaged), or ``None``.
+
+        ``None``, listed damaged, when the shard is not a regular file inside ``save_path`` or cannot be read.
+        """
         try:
-            data = shard.read_bytes()
+            with open_regular(shard, self.save_path) as fh:
+                data = fh.read(_PIECE + 1)
+                if len(data) <= _PIECE:  # no line in it can be over MAX_LINE
+                    return data.splitlines()
+                fh.seek(0)
+                return self._pieces(shard.name, fh)
+        except UnsafeFileError as exc:
+            self.damaged.append(f"{shard.name}: not read ({exc})")
         except OSError as exc:
             self.damaged.append(f"{shard.name}: unreadable ({exc})")
-            return
-        yield from self._records(shard.name, data, lean)
+        return None
+
+    def _pieces(self, name: str, fh: Any) -> list[bytes]:
+        """Return the lines of a large shard read in pieces, a line over :data:`MAX_LINE` skipped unheld."""
+        lines: list[bytes] = []
+        carry = b""
+        skipping = False
+        while True:
+            piece = fh.read(_PIECE)
+            if not piece:
+                break
+            if skipping:
+                at = piece.find(b"\n")
+                if at < 0:
+                    continue
+                piece = piece[at + 1:]
+                skipping = False
+                self._too_long(name, lines)
+            data = carry + piece
+            parts = data.splitlines(keepends=True)
+            carry = parts.pop() if parts and (not parts[-1].endswith((b"\n", b"\r")) or data.endswith(b"\r")) \
+                else b""
+            if parts and max(map(len, parts)) > MAX_LINE:
+                for part in parts:
+                    part = part.rstrip(b"\r\n")
+                    if len(part) > MAX_LINE:
+                        self._too_long(name, lines)
+                    else:
+                        lines.append(part)
+            else:
+                lines += [part.rstrip(b"\r\n") for part in parts]
+            if len(carry) > MAX_LINE + 1 or (len(carry) > MAX_LINE and not carry.endswith(b"\r")):
+                carry = b""
+                skipping = True
+        if skipping:
+            self._too_long(name, lines)
+        elif carry:
+            lines.append(carry.rstrip(b"\r\n"))
+        return lines
+
+    def _too_long(self, name: str, lines: list[bytes]) -> None:
+        lines.append(b"")
+        self.damaged.append(f"{name}:{len(lines)} (a line over {MAX_LINE >> 20} MB, not read)")
 
     def _records(self, name: str, data: bytes, lean: bool) -> Iterator[dict[str, Any]]:
-        lines = data.splitlines()
+        return self._lines(name, data.splitlines(), lean)
+
+    def _lines(self, name: str, lines: list[bytes], lean: bool) -> Iterator[dict[str, Any]]:
         if not lean:
             for number, line in enumerate(lines, 1):
                 record = self._parse(name, number, line)
@@ -438,13 +522,16 @@ class ManifestReader:
         """Return the record of one line, or ``None`` (blank, damaged, newer, another run)."""
         if not line or line.isspace():
             return None
+        if len(line) > MAX_LINE:
+            self.damaged.append(f"{name}:{number} (a line over {MAX_LINE >> 20} MB, not read)")
+            return None
         loads, bad_line = _parser()
         try:
             record = loads(line)
         except bad_line:
             self.damaged.append(f"{name}:{number}")
             return None
-        if type(record) is not dict:
+        if type(record) is not dict or (line.count(b"{") + line.count(b"[") > MAX_DEPTH and too_deep(line)):
             self.damaged.append(f"{name}:{number}")
             return None
         version = record.get("v", 0)
@@ -508,13 +595,12 @@ class ManifestReader:
         parsed, but the first, which says who the process is.
         """
         for shard in self.shards():
-            try:
-                data = shard.read_bytes()
-            except OSError:
+            lines = self._read(shard)
+            if lines is None:
                 continue
             who: CaptureRecord | None = None
             group = None
-            for number, line in enumerate(data.splitlines(), 1):
+            for number, line in enumerate(lines, 1):
                 if who is not None and _GROUP not in line:
                     continue
                 record = self._parse(shard.name, number, line)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -33,7 +34,7 @@ def test_unwritable_save_path_is_logged_once_and_training_continues(
     # configure() probes save_path and refuses an unusable one, so the folder breaks afterwards.
     save_path = tmp_path / "profiles"
     profctx.configure(steps="1:4", save_path=save_path)
-    save_path.rmdir()
+    shutil.rmtree(save_path)  # the folder and the manifest folder configure() made
     save_path.write_text("a file where the folder should be")
     with caplog.at_level(logging.WARNING, logger="profctx"):
         assert loop(range(1, 5)) == [4, 8, 12, 16]

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from .._tracejson import is_trace_file
+from .._untrusted import UnsafeFileError, files_under, resolve
 from ..manifest import CaptureRecord, ManifestReader, drivers, in_groups, latest_run, process_names
 from ._trace import TraceFigures, read_figures
 
@@ -256,7 +257,10 @@ def summarize_records(
     for record in records:
         files = [f.path for f in record.files if is_trace_file(f.path)]
         if record.is_engine and not files and record.folder:
-            files = _engine_files(root, record.folder, listed)
+            try:
+                files = _engine_files(root, record.folder, listed)
+            except UnsafeFileError as exc:
+                problems.append(str(exc))
         summary = _capture(root, record, files if record.status == "ok" else [], top, wanted)
         problems.extend(summary.problems)
         if record.is_engine:
@@ -280,15 +284,8 @@ def summarize_records(
 
 
 def _engine_files(root: Path, folder: str, listed: set[str]) -> list[str]:
-    base = root / folder
-    if not base.is_dir():
-        return []
-    found = []
-    for path in sorted(base.rglob("*.json*")):
-        rel = path.relative_to(root).as_posix()
-        if path.is_file() and is_trace_file(rel) and rel not in listed and not path.name.startswith((".", "merged.")):
-            found.append(rel)
-    return found
+    return [rel for rel in files_under(root, folder)
+            if is_trace_file(rel) and rel not in listed and not rel.rpartition("/")[2].startswith((".", "merged."))]
 
 
 def _capture(root: Path, record: CaptureRecord, files: Sequence[str], top: int,
@@ -303,8 +300,12 @@ def _capture(root: Path, record: CaptureRecord, files: Sequence[str], top: int,
     listed = False
     problems = []
     for rel in files:
-        path = Path(rel) if os.path.isabs(rel) else root / rel
-        figures: TraceFigures = read_figures(path)
+        try:
+            path = resolve(root, rel)  # a run folder is untrusted: nothing outside it is read
+        except UnsafeFileError as exc:
+            problems.append(str(exc))
+            continue
+        figures: TraceFigures = read_figures(path, root)
         if figures.problem:
             problems.append(figures.problem)
         span = max(span, figures.span_us)

@@ -76,22 +76,23 @@ class _Thread:
         self.kind = bytearray()  # 1: a user range, 0: an operator
 
 
-def read_figures(path: str | Path) -> TraceFigures:
+def read_figures(path: str | Path, root: str | Path | None = None) -> TraceFigures:
     """Stream the trace at ``path`` and return its figures.
 
     A file cut short or damaged yields the figures of what was read, with ``problem`` set;
-    an unreadable file (missing, not a trace) too, with empty figures.
+    an unreadable file (missing, not a trace, not a regular file inside ``root`` when given) too,
+    with empty figures.
     """
     collecting = gc.isenabled()
     gc.disable()  # the parsed events hold no cycles: the collector would only rescan them again and again
     try:
-        return _read(path)
+        return _read(path, root)
     finally:
         if collecting:
             gc.enable()
 
 
-def _read(path: str | Path) -> TraceFigures:
+def _read(path: str | Path, root: str | Path | None) -> TraceFigures:
     figures = TraceFigures()
     names: dict[str, int] = {}
     threads: dict[tuple[Any, Any], _Thread] = {}
@@ -99,7 +100,7 @@ def _read(path: str | Path) -> TraceFigures:
     hi = float("-inf")
     drawn: set[str] | None = None
     try:
-        with TraceStream(path) as stream:
+        with TraceStream(path, root) as stream:
             for key, batch in stream.batches():
                 if key != EVENTS:
                     if key == RANGES_KEY and isinstance(batch, dict) and isinstance(batch.get("roles"), list):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -28,9 +30,16 @@ class UsageError(Exception):
 
 
 def guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Wrap a subcommand handler so a :class:`UsageError` prints plainly and exits 2."""
+    """Wrap a subcommand handler so a :class:`UsageError` prints plainly and exits 2.
+
+    While it runs, what it prints has its control characters escaped (see :func:`escaped_output`).
+    """
 
     def run(args: argparse.Namespace) -> int:
+        with escaped_output():
+            return _run(args)
+
+    def _run(args: argparse.Namespace) -> int:
         try:
             return handler(args)
         except UsageError as exc:
@@ -43,6 +52,67 @@ def guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.
             return FINDINGS
 
     return run
+
+
+#: Characters a terminal may act on rather than show: C0 but tab and newline, DEL, C1, and the Unicode
+#: controls that reorder or break lines (bidirectional overrides and isolates, line and paragraph separators).
+_CONTROLS: Final = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069"
+_CONTROL: Final = re.compile(f"[\t\n{_CONTROLS}]")
+#: What profctx itself sends a terminal (rich's colours and progress bar), kept by :func:`escaped_output`:
+#: colour (SGR), erase line, cursor up, hide and show the cursor, carriage return.
+_OWN: Final = re.compile(f"(\x1b\\[[0-9;]*[mKA]|\x1b\\[\\?25[lh]|[\r])|[{_CONTROLS}]")
+
+
+def escape(text: str) -> str:
+    """Return ``text`` with every control character (tab and newline too) written as ``\\uXXXX``.
+
+    For a value read from a run folder (a role, a host, an error, a file name) shown in one line or
+    one table cell: a terminal then shows it, and never acts on it (window title, clear screen,
+    clipboard). Inside a JSON string the escape reads back as the same character.
+    """
+    return _CONTROL.sub(_code, text) if _CONTROL.search(text) else text
+
+
+def _code(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def _kept(match: re.Match[str]) -> str:
+    return match.group() if match.group(1) else f"\\u{ord(match.group()):04x}"
+
+
+class _Escaping:
+    """A text stream that writes to ``stream`` with control characters escaped, but profctx's own (see ``_OWN``)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        self._stream.write(_OWN.sub(_kept, text) if _OWN.search(text) else text)
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def escaped_output() -> Iterator[None]:
+    """Escape control characters in everything printed to stdout and stderr while the block runs.
+
+    A second guard behind :func:`escape`: a value read from a run folder that reaches a message
+    unescaped still cannot drive the terminal. Newlines, tabs, and the colour and progress-bar
+    sequences profctx prints through ``rich`` pass; JSON output stays valid JSON of the same values.
+    """
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Escaping(out), _Escaping(err)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = out, err
 
 
 @dataclass
@@ -235,14 +305,17 @@ def console(stream: TextIO) -> Any:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, right: Iterable[int] = (),
-          paint: Callable[[int, str], str] | None = None, skip: int = 0) -> str:
+          paint: Callable[[int, str], str] | None = None, skip: int = 0, escaped: bool = False) -> str:
     """Return rows as aligned text columns; ``right`` are right-aligned column indices.
 
     ``paint(column, padded_cell)`` may colour a cell after padding, so escapes never skew widths.
-    ``skip``: how many leading cells of each row are not shown.
+    ``skip``: how many leading cells of each row are not shown. Control characters in cells are
+    escaped (:func:`escape`) unless ``escaped`` says the caller did it.
     Plain text on purpose: the same bytes on a terminal and in a pipe, easy to ``grep`` and ``awk``.
     """
     aligned_right = set(right)
+    if not escaped and any(_CONTROL.search(cell) for row in rows for cell in row[skip:]):
+        rows = [[escape(cell) for cell in row] for row in rows]
     widths = [len(h) for h in headers]
     for i in range(len(headers)):
         # map() keeps the loop in C: 100,000-row listings spend noticeable time here otherwise.

@@ -19,6 +19,7 @@ from ._common import (
     Style,
     add_filters,
     check_folder,
+    escape,
     guarded,
     no_capture_yet,
     size,
@@ -172,7 +173,13 @@ def _table(args: argparse.Namespace, rows_in: Iterable[Sequence[Any]], damaged: 
         append((begin, order, tuple(map(intern, row, row)), process))
     failed = "failed" in counts
     for where in damaged:
-        print(f"profctx ls: skipped an unreadable manifest line ({where}), likely cut by a crash", file=sys.stderr)
+        print(f"profctx ls: skipped an unreadable manifest line ({escape(where)}), likely cut by a crash",
+              file=sys.stderr)
+    # Cells come from the run folder (untrusted): escape control characters, once per distinct cell.
+    unsafe = {cell: shown for cell in cells if (shown := escape(cell)) is not cell}
+    if unsafe:
+        rows = [(begin, order, tuple(unsafe.get(cell, cell) for cell in shown_row), process)
+                for begin, order, shown_row, process in rows]
     if not rows:
         print("no captures match the filters" if _filtered(args) else "no captures recorded")
         return OK
@@ -193,7 +200,7 @@ def _table(args: argparse.Namespace, rows_in: Iterable[Sequence[Any]], damaged: 
         return style.status(cell.strip()) + cell[len(cell.strip()):] if column == status_col else cell
 
     print(table(headers[first:], list(map(itemgetter(2), rows)), right=right, paint=paint if style.enabled else None,
-                skip=first))
+                skip=first, escaped=True))
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     print(style(f"{len(rows)} captures ({summary}), {files} files, {size(total)}", "dim"))
     return FINDINGS if failed else OK
@@ -234,7 +241,8 @@ def _json(records: Iterator[CaptureRecord], damaged: list[str]) -> int:
     flush()
     out.write("]\n")
     for where in damaged:
-        print(f"profctx ls: skipped an unreadable manifest line ({where}), likely cut by a crash", file=sys.stderr)
+        print(f"profctx ls: skipped an unreadable manifest line ({escape(where)}), likely cut by a crash",
+              file=sys.stderr)
     return FINDINGS if failed else OK
 
 
