@@ -645,6 +645,8 @@ class Runtime:
         patterns = self.config.roles
         if self.config.mode == "step" and not (captured and patterns):
             return None
+        if self.owner.step_hooks or self.owner.driver is not None:
+            return None  # a driver of worker groups: its roles run in the workers, which say this themselves
         paths = {"/".join(roles) for roles in self._seen_role_paths() if roles}
         declared = sorted(set(list(self.owner.switches)) - paths)
         where = f"in the window (steps {_spans(steps)})" if steps else "in the window"
