@@ -12,10 +12,11 @@ import multiprocessing
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -60,13 +61,14 @@ def jobs_for(paths: Sequence[str | os.PathLike[str]], jobs: int | None) -> int:
 
 def _context() -> Any:
     """Fork where it is safe (Linux, this process has one thread: a forked copy inherits its imports for
-    free); the platform's default elsewhere."""
-    if sys.platform.startswith("linux") and threading.active_count() == 1:
+    free); else a fork server where there is one (a fresh process forks the workers), else spawn."""
+    methods = multiprocessing.get_all_start_methods()
+    if sys.platform.startswith("linux") and threading.active_count() == 1 and "fork" in methods:
         return multiprocessing.get_context("fork")
-    return multiprocessing.get_context()
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
-def ordered_map(fn: Callable[[T], R], items: Sequence[T], jobs: int) -> Iterator[R]:
+def ordered_map(fn: Callable[[T], R], items: Sequence[T], jobs: int) -> Generator[R, None, None]:
     """Yield ``fn(item)`` for each of ``items``, in order, computed by ``jobs`` processes (in this one for 1).
 
     ``fn`` and the items must pickle (a module-level function, or a ``functools.partial`` of one).
@@ -89,3 +91,33 @@ def ordered_map(fn: Callable[[T], R], items: Sequence[T], jobs: int) -> Iterator
     finally:
         # A caller that stops early (an error, a closed generator) does not wait for the files left.
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+class Prefetched(Generic[T, R]):
+    """Call ``fn`` on items asked for in a known order, computed ahead by :func:`ordered_map`.
+
+    ``prefetched(item)`` returns ``fn(item)``: the next result of the pool when ``item`` is the next
+    planned one, else computed here (an item out of the plan). Use as a context manager: leaving
+    it stops the pool, the items not asked for included.
+    """
+
+    def __init__(self, fn: Callable[[T], R], items: Sequence[T], jobs: int) -> None:
+        self._fn = fn
+        self._planned: deque[T] = deque(items)
+        self._results = ordered_map(fn, items, jobs)
+
+    def __call__(self, item: T) -> R:
+        if self._planned and self._planned[0] == item:
+            self._planned.popleft()
+            return next(self._results)
+        return self._fn(item)
+
+    def close(self) -> None:
+        """Stop the pool (results not asked for are dropped)."""
+        self._results.close()
+
+    def __enter__(self) -> Prefetched[T, R]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from profctx.analysis._parallel import AUTO_MIN_BYTES, cpus, jobs_for, ordered_map
+from profctx.analysis._parallel import AUTO_MIN_BYTES, Prefetched, cpus, jobs_for, ordered_map
 
 PARENT = os.getpid()
 
@@ -63,3 +63,13 @@ def test_automatic_jobs_need_two_files_and_enough_bytes(tmp_path: Path) -> None:
     assert jobs_for([big], None) == 1
     assert jobs_for([big, *small], None) == min(cpus(), 3)
     assert jobs_for([*small, tmp_path / "missing.json"], None) == 1
+
+
+def test_prefetched_hands_out_planned_results_and_computes_the_rest_here() -> None:
+    with Prefetched(double, [1, 2, 3, 4], 2) as prefetched:
+        assert prefetched(1) == 2
+        assert prefetched(9) == 18  # out of the plan: computed here, the plan goes on
+        assert prefetched(2) == 4
+    # Left before the last planned items were asked for: the pool stops without them.
+    with Prefetched(double, list(range(50)), 2) as prefetched:
+        assert prefetched(0) == 0
