@@ -150,7 +150,8 @@ def check_folder(folder: str) -> Path:
 
 def no_capture_yet(path: Path) -> str | None:
     """Return what to say of a folder ``profctx.configure()`` was given that holds no capture record yet."""
-    if not (path / MANIFEST_DIR).is_dir() or ManifestReader(path).shards():
+    folder = path / MANIFEST_DIR
+    if folder.is_symlink() or not folder.is_dir() or ManifestReader(path).shards():
         return None
     return ("a profctx folder with no capture yet: profctx.configure() was given this save_path, and no process "
             "has recorded a capture here (the window not reached yet, a role filter that matches no role, or "
