@@ -2,7 +2,10 @@
 
 Each trace holds torch's metadata events, the whole-capture ``Trace`` span, nested ``cpu_op``
 events (an outer op calling a leaf op) and, optionally, CUDA kernels, with the top-level keys
-torch writes (``schemaVersion``, ``distributedInfo``, ``baseTimeNanoseconds``). Used by the
+torch writes (``schemaVersion``, ``distributedInfo``, ``baseTimeNanoseconds``). As profctx's
+torch backend writes them, each capture's roles are ranges inside a ``ProfilerStep#N`` marker,
+listed in the ``profctxRanges`` metadata (``Spec.listed=False``: traces of another producer,
+without the list, and in role mode without ranges). Used by the
 analysis tests and by ``benchmarks/bench_analysis.py``; the figures it encodes are known, so
 tests can check the summary against them.
 """
@@ -37,6 +40,7 @@ class Spec:
     mode: str = "role"
     start: float = 1_800_000_000.0  # whole seconds: the traces' baseTimeNanoseconds
     group: str | None = "actor"
+    listed: bool = True
 
 
 def trace(pid: int, start_us: float, seconds: float, outer: str, leaf: str, events: int, kernels: bool,
@@ -120,17 +124,23 @@ def write_run(save_path: Path, spec: Spec, *, cache: dict[Any, bytes] | None = N
                         else:
                             doc["traceEvents"].extend(part["traceEvents"])
                     assert doc is not None
+                    if spec.listed:
+                        _mark(doc, step, pid, (begin - base_s) * 1e6, duration, [r for r, _, _ in ranges])
                     data = gzip.compress(json.dumps(doc, indent=1).encode(), 1)
                     path.write_bytes(data)
                 else:
                     assert role is not None
                     outer, leaf = spec.ops.get(role, (f"{role}::outer", f"{role}::leaf"))
-                    key = (role, round(duration, 9), spec.events, spec.kernels, spec.op_scale.get(leaf, 1.0), rank)
+                    key = (role, round(duration, 9), spec.events, spec.kernels, spec.op_scale.get(leaf, 1.0), rank,
+                           step if spec.listed else None)
                     data_cached = cache.get(key) if cache is not None else None
                     if data_cached is None:
                         doc = trace(pid, (begin - base_s) * 1e6, duration, outer, leaf, spec.events, spec.kernels,
+                                    role_range=role if spec.listed else None,
                                     leaf_scale=spec.op_scale.get(leaf, 1.0), base_ns=int(origin) * 10**9,
                                     rank=rank)
+                        if spec.listed:
+                            _mark(doc, step, pid, (begin - base_s) * 1e6, duration, [role])
                         data_cached = gzip.compress(json.dumps(doc, indent=1).encode(), 1)
                         if cache is not None:
                             cache[key] = data_cached
@@ -155,6 +165,13 @@ def write_run(save_path: Path, spec: Spec, *, cache: dict[Any, bytes] | None = N
         (manifest / f"{spec.run}.rank{rank}-of-{spec.ranks}.host.{1000 + rank}.jsonl").write_text(
             "\n".join(lines) + "\n")
     return save_path
+
+
+def _mark(doc: dict[str, Any], step: int, pid: int, start_us: float, seconds: float, roles: list[str]) -> None:
+    """Add the step marker around the capture and the list of profctx's ranges, as the torch backend does."""
+    doc["traceEvents"].insert(2, {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}", "pid": pid,
+                                  "tid": pid, "ts": round(start_us, 3), "dur": round(seconds * 1e6, 3)})
+    doc["profctxRanges"] = {"version": 1, "roles": sorted(set(roles)), "steps": [f"ProfilerStep#{step}"]}
 
 
 def copy_run(src: Path, dst: Path) -> Path:

@@ -1,4 +1,4 @@
-"""The run summary on synthetic torch-shaped runs whose figures are known by construction."""
+"""The run summary on synthetic torch-shaped runs whose figures are known by construction (scale, shapes, fallbacks)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from profctx.analysis import SCHEMA, SCHEMA_VERSION, diff, process_names, summarize
+from profctx.analysis import SCHEMA, SCHEMA_VERSION, diff, process_names, read_figures, summarize
 from profctx.cli import main
 from profctx.manifest import CaptureRecord
 
@@ -138,3 +138,31 @@ def test_processes_that_share_a_rank_number_get_distinct_rows() -> None:
                                       "rank 0 (rollout) h:10", "rank 0 (rollout) h:16", "rollout rank 0",
                                       "vllm replica 0"]
     assert len(set(names.values())) == len(names)
+
+
+def test_traces_of_other_producers_keep_their_capture_time(tmp_path: Path) -> None:
+    summary = summarize(write_run(tmp_path, Spec(steps=(1,), ranks=2, listed=False)))
+    assert {c.time_from for c in summary.captures} == {"capture"}
+    rollout = summary.phase(1, "rollout")
+    assert rollout is not None and rollout.time_s == pytest.approx(0.4) and rollout.no_op_s is None
+    assert all(c.overhead_s is None for c in summary.captures) and summary.overhead == {}
+
+
+def test_an_older_profctx_step_range_is_a_step_not_a_role(tmp_path: Path) -> None:
+    trace = tmp_path / "old.pt.trace.json"
+    trace.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "step 3", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "user_annotation", "name": "rollout", "pid": 1, "tid": 1, "ts": 10, "dur": 60},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 20, "dur": 25},
+        {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 2, "ts": 30, "dur": 9}]}))
+    figures = read_figures(trace)
+    assert not figures.marked and figures.steps == {3: [100, 1]}
+    # Without profctx's list the outermost user range of each thread is taken for a role, the step excepted.
+    assert figures.roles == {(3, "rollout"): [60, 1, 25], (3, "gloo:all_reduce"): [9, 1, 0.0]}  # step: by time
+    listed = json.loads(trace.read_text())
+    listed["profctxRanges"] = {"version": 1, "roles": ["rollout"], "steps": ["step 3"]}
+    trace.write_text(json.dumps(listed))
+    figures = read_figures(trace)
+    # With it, torch's own range is an operator in no role.
+    assert figures.marked and figures.roles == {(3, "rollout"): [60, 1, 25]}
+    assert figures.ops[(None, None, "gloo:all_reduce")] == [9, 9, 1]

@@ -46,10 +46,11 @@ def test_self_time_per_operator_from_a_streamed_trace(tmp_path: Path) -> None:
         '{"ph":"X","name":"PyTorch Profiler (0)","cat":"Trace","pid":1,"tid":3,"ts":0,"dur":999}]}'
     )
     figures = read_figures(trace)
-    ops = {name: tuple(v) for (_, name), v in figures.ops.items()}
+    ops = {name: tuple(v) for (_, _, name), v in figures.ops.items()}
     assert ops["outer"] == (30, 100, 1) and ops["leaf"] == (50, 50, 1) and ops["inner"] == (25, 75, 2)
-    assert ("actor_update", "mm") in figures.ops  # the operator is filed under its outermost range
-    assert figures.ranges == {"actor_update": [40, 1]} and "actor_update" not in ops
+    assert (None, "actor_update", "mm") in figures.ops  # the operator is filed under its role (no step marker)
+    # No list of profctx's ranges: the outermost user range is the role; mm covers 30 of its 40 us.
+    assert figures.roles == {(None, "actor_update"): [40, 1, 30]} and "actor_update" not in ops
     assert figures.device == {"sgemm": [20, 1]} and figures.device_us == 20
     assert figures.span_us == 100  # the whole-capture "Trace" span is left out
 
