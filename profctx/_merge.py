@@ -28,13 +28,14 @@ import os
 import queue
 import threading
 import zlib
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
 from typing import IO, Any, Final
 
 from ._files import create, sweep, temporary_name
+from ._plan import STEP_MARKER_PREFIX
 from ._tracejson import EVENTS, TraceFormatError, TraceStream, header, is_trace_file
 from ._untrusted import UnsafeFileError, files_under
 from .manifest import DRIVER, CaptureRecord, process_names
@@ -102,6 +103,8 @@ class MergeResult:
     approximate: list[str] = field(default_factory=list)
     #: Inputs with events left out because their ``ts`` or ``dur`` is not a finite number.
     dropped: list[str] = field(default_factory=list)
+    #: With ``step_markers``: captures whose trace names no step and that cover several steps (not marked).
+    unmarked: list[str] = field(default_factory=list)
 
 
 #: An event's phase, pid and tid (``KeyError`` if one is missing).
@@ -287,6 +290,9 @@ def merge(
     compress_level: int = 1,
     progress: Callable[[int, int], None] | None = None,
     driver: Collection[tuple[str, ...]] | None = None,
+    base_ns: int | None = None,
+    first_keys: Mapping[str, Any] | None = None,
+    step_markers: bool = False,
 ) -> MergeResult:
     """Write one ``.json.gz`` (or ``.json``) Chrome trace holding every event of ``inputs``.
 
@@ -296,16 +302,17 @@ def merge(
     The file is written under a temporary name and renamed. A missing or damaged input is
     reported in :attr:`MergeResult.problems` (events read before the damage are kept).
     ``progress(done_bytes, total_bytes)`` is called as input bytes are consumed.
+
+    For a file of a layout that other tools read (:mod:`profctx._hta`): ``base_ns`` sets the
+    clock base (to share one between files), ``first_keys`` are written first in the file, and
+    ``step_markers`` leaves out the ``steps`` process and the capture spans, and gives each step
+    one ``ProfilerStep#N`` range, as torch's schedule does: over every event of the step's
+    one-step captures (their own markers, one per role capture in role mode, are replaced) and over
+    the markers of captures of several steps.
     """
     result = MergeResult(output=output)
     records = [i.record for i in inputs]
-    known = [r.start_time for r in records if r.start_time]
-    out_base_ns = math.floor(min(known)) * 1_000_000_000 if known else 0
-    # torch writes one baseTimeNanoseconds for every process of a host (whole seconds): taking the
-    # smallest as the merged base leaves most events' ts untouched, which is most of the merge's speed.
-    bases = [b for b in (_head_base(i.path, i.root) for i in inputs) if b is not None and b <= out_base_ns]
-    if bases:
-        out_base_ns = min(bases)
+    out_base_ns = clock_base(inputs) if base_ns is None else base_ns
     base_us = out_base_ns / 1000
     result.runs = list(dict.fromkeys(r.run or "" for r in records))
     result.steps = sorted({s for r in records for s in r.steps} if steps is None else set(steps))
@@ -315,6 +322,7 @@ def merge(
     done = 0
     processes: dict[tuple[Any, ...], _Process] = {}
     sources: list[dict[str, Any]] = []
+    markers = _StepMarkers() if step_markers else None
     output.parent.mkdir(parents=True, exist_ok=True)
     sweep(output.parent)
     # A fresh name nobody can predict, created exclusively: a link planted there is never followed.
@@ -326,7 +334,7 @@ def merge(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        head = {"schemaVersion": 1, "displayTimeUnit": "ms", "baseTimeNanoseconds": out_base_ns}
+        head = {**(first_keys or {}), "schemaVersion": 1, "displayTimeUnit": "ms", "baseTimeNanoseconds": out_base_ns}
         sink.write(json.dumps(head)[:-1].encode() + b',\n"traceEvents":[\n')
         for index, item in enumerate(inputs):
 
@@ -334,11 +342,15 @@ def merge(
                 if progress:
                     progress(base + consumed, total)
 
-            sources.append(_merge_one(index, item, out_base_ns, sink, processes, labels, result, report))
+            sources.append(_merge_one(index, item, out_base_ns, sink, processes, labels, result, report,
+                                      markers))
             done += _size(item.path)
             if progress:
                 progress(done, total)
-        sink.events(_step_spans(inputs, base_us, multi_run, result.steps))
+        if markers is None:
+            sink.events(_step_spans(inputs, base_us, multi_run, result.steps))
+        else:
+            sink.events(markers.spans())
         names = _names(list(processes.values()))
         for proc in processes.values():
             sink.events(proc.metadata(names[proc.pid]))
@@ -360,6 +372,18 @@ def merge(
     result.events = sink.count
     result.processes = len(processes) + 1
     return result
+
+
+def clock_base(inputs: Sequence[MergeInput]) -> int:
+    """Return the clock base (ns) of a merge of ``inputs``: at or before the earliest capture start.
+
+    torch writes one ``baseTimeNanoseconds`` for every process of a host (whole seconds): taking the
+    smallest as the merged base leaves most events' ts untouched, which is most of the merge's speed.
+    """
+    known = [i.record.start_time for i in inputs if i.record.start_time]
+    base = math.floor(min(known)) * 1_000_000_000 if known else 0
+    bases = [b for b in (_head_base(i.path, i.root) for i in inputs) if b is not None and b <= base]
+    return min(bases) if bases else base
 
 
 def _names(processes: list[_Process]) -> dict[int, str]:
@@ -412,6 +436,7 @@ def _merge_one(
     labels: dict[tuple[str, ...], str],
     result: MergeResult,
     progress: Callable[[int], None],
+    markers: _StepMarkers | None = None,
 ) -> dict[str, Any]:
     record = item.record
     source: dict[str, Any] = {
@@ -427,6 +452,8 @@ def _merge_one(
         return source
     owner = (*record.process, record.group or "", record.rank)
     mapper = _Mapper(index, owner, record, processes, labels[record.process])
+    if markers is not None:
+        markers.named = False
     meta: dict[str, Any] = {}
     count = 0
     damaged = 0
@@ -445,6 +472,8 @@ def _merge_one(
                         damaged += len(value) - len(finite)
                         value, raw = finite, None
                 kept = mapper.remap(value)
+                if markers is not None:
+                    kept, raw = markers.take(kept, record.steps, raw)
                 if mapper.untouched and raw is not None:
                     sink.copy(raw, len(kept))  # the batch's own bytes: nothing to serialise again
                 else:
@@ -458,7 +487,10 @@ def _merge_one(
         result.dropped.append(f"{item.path}: {damaged} event(s) whose ts or dur is not a finite number left out")
         source["dropped"] = damaged
     main = mapper.main()
-    if record.start_time and record.end_time:
+    if markers is not None:
+        if len(record.steps) > 1 and not markers.named:
+            result.unmarked.append(f"{item.path}: names no step and covers steps {_span_text(record.steps)}")
+    elif record.start_time and record.end_time:
         role = record.role or "step"
         steps = record.steps
         span = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}" if steps else "no step"
@@ -473,6 +505,63 @@ def _merge_one(
     source["pids"] = sorted({p.pid for p in mapper.pids.values()})
     source["events"] = count
     return source
+
+
+class _StepMarkers:
+    """Gather where each step lies in one output file, from its captures' events and step markers.
+
+    A one-step capture's events all belong to its step (also those the profiler draws outside the
+    step's range); a capture of several steps is split by its own markers. The markers read are
+    left out of the output: :meth:`spans` gives one per step instead.
+    """
+
+    def __init__(self) -> None:
+        #: step -> [begin, end, pid, tid]: extent in merged time, and the thread the marker goes on.
+        self.steps: dict[int, list[Any]] = {}
+        #: Whether the capture last read named a step.
+        self.named = False
+
+    def take(self, events: list[Any], steps: Sequence[int], raw: bytes | None) -> tuple[list[Any], bytes | None]:
+        """Take in a batch of merged events of a capture of ``steps``; return it less its markers (and ``raw``
+        when nothing was left out)."""
+        single = steps[0] if len(steps) == 1 else None
+        kept = []
+        for event in events:
+            if type(event) is not dict or event.get("ph") != "X":
+                kept.append(event)
+                continue
+            name, ts, dur = event.get("name"), event.get("ts"), event.get("dur", 0)
+            marker = isinstance(name, str) and name.startswith(STEP_MARKER_PREFIX)
+            step = _marker_step(name) if isinstance(name, str) and marker else single
+            if marker:
+                self.named = True
+            else:
+                kept.append(event)
+            if step is None or not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)):
+                continue
+            known = self.steps.get(step)
+            if known is None:
+                self.steps[step] = [ts, ts + dur, event.get("pid"), event.get("tid"), marker]
+                continue
+            known[0], known[1] = min(known[0], ts), max(known[1], ts + dur)
+            if marker and not known[4]:  # torch's marker thread, rather than any event's
+                known[2:] = [event.get("pid"), event.get("tid"), True]
+        return kept, raw if len(kept) == len(events) else None
+
+    def spans(self) -> list[dict[str, Any]]:
+        """Return one ``ProfilerStep#N`` range per step seen."""
+        return [{"ph": "X", "cat": "user_annotation", "name": f"{STEP_MARKER_PREFIX}{step}", "pid": pid, "tid": tid,
+                 "ts": begin, "dur": round(end - begin, 3), "args": {"profctx": "the step's extent in this file"}}
+                for step, (begin, end, pid, tid, _) in sorted(self.steps.items())]
+
+
+def _marker_step(name: str) -> int | None:
+    digits = name[len(STEP_MARKER_PREFIX):]
+    return int(digits) if digits.isdigit() else None
+
+
+def _span_text(steps: Sequence[int]) -> str:
+    return f"{steps[0]}-{steps[-1]}" if steps else "none"
 
 
 def _finite(events: list[Any]) -> list[Any]:

@@ -1,4 +1,10 @@
-"""``profctx merge DIR``: one Chrome/Perfetto trace of every rank, role and engine of some steps of a run."""
+"""``profctx merge DIR``: one Chrome/Perfetto trace of every rank, role and engine of some steps of a run.
+
+``--hta`` writes the same captures laid out as Holistic Trace Analysis loads a job instead: a
+folder of one file per rank (:mod:`profctx._hta`). It is an option of ``merge``, not a command of
+its own, because it is the same merge (the same choice of run, steps and groups, the same clock
+alignment, streaming and damage reports) cut into one file per rank.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .._files import make_folders
+from .._hta import Layout, LayoutError, lay_out
 from .._layout import safe
 from .._merge import merge, plan
 from ..manifest import DRIVER, drivers, in_groups
@@ -42,7 +49,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--group", action="append", metavar="NAME",
                         help="only processes of worker group NAME ('driver': those outside every group; repeatable)")
     parser.add_argument("-o", "--output", metavar="FILE",
-                        help="output file, .json.gz (default) or .json; default DIR/merged/RUN-STEPS.trace.json.gz")
+                        help="output file, .json.gz (default) or .json; default DIR/merged/RUN-STEPS.trace.json.gz "
+                             "(with --hta: a new folder, default DIR/merged/RUN-STEPS.hta)")
+    parser.add_argument("--hta", action="store_true",
+                        help="lay the traces out as Holistic Trace Analysis loads them: a folder with one file per "
+                             "rank (a folder per worker group), each naming its rank and its steps (ProfilerStep#N); "
+                             "load it with TraceAnalysis(trace_dir=FOLDER, include_last_profiler_step=True)")
     parser.add_argument("--compress-level", type=int, default=1, choices=range(1, 10), metavar="1-9",
                         help="gzip level of a .gz output (default 1: fastest, about 4%% larger than 3)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -61,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
         if not records:
             groups = sorted({r.group or DRIVER for r in profiled.records})
             raise UsageError(f"--group {' '.join(args.group)}: no captures (groups: {', '.join(groups)})")
+    if args.hta:
+        return _hta(args, profiled.path, profiled.runs, records, steps, driver)
     inputs, notes = plan(profiled.path, records, steps)
     if not inputs:
         known = sorted({s for r in records if r.files or r.is_engine for s in r.steps})
@@ -92,6 +106,49 @@ def run(args: argparse.Namespace) -> int:
     for problem in result.problems:
         print(style(f"problem: {problem}", "red"), file=sys.stderr)
     return FINDINGS if result.problems else OK
+
+
+def _hta(args: argparse.Namespace, save_path: Path, runs: list[str], records: list[Any], steps: list[int] | None,
+         driver: set[tuple[str, ...]]) -> int:
+    """Write the HTA layout of the chosen captures; return 1 when an input was missing or damaged."""
+    if len(runs) > 1:
+        raise UsageError(f"--hta lays out one job, and --run {args.run} selects {len(runs)} runs "
+                         f"({', '.join(runs[:5])}): pick one with --run ID")
+    output = Path(args.output) if args.output else save_path / "merged" / _default_name(runs, steps).replace(
+        ".trace.json.gz", ".hta")
+    show = sys.stderr.isatty() if args.progress is None else args.progress
+    bar = Progress(sys.stderr, "laying out", show)
+    started = time.perf_counter()
+    try:
+        layout = lay_out(save_path, records, output, steps=steps, driver=driver,
+                         compress_level=args.compress_level, progress=bar.update)
+    except LayoutError as exc:
+        raise UsageError(f"--output {exc}") from None
+    finally:
+        bar.close()
+    style = Style(sys.stdout)
+    _hta_lines(layout, time.perf_counter() - started, style)
+    for problem in layout.problems:
+        print(style(f"problem: {problem}", "red"), file=sys.stderr)
+    if not layout.folders:
+        what = f"step {', '.join(map(str, steps))}" if steps else "any step"
+        raise UsageError(f"no rank traces for {what} in {args.dir}: " + "; ".join(layout.notes or ["no captures"]))
+    return FINDINGS if layout.problems else OK
+
+
+def _hta_lines(layout: Layout, elapsed: float, style: Style) -> None:
+    ranks = sum(len(f.ranks) for f in layout.folders)
+    print(f"wrote {layout.root}: {_steps_text(layout.steps)}, {layout.inputs} traces as {ranks} rank file(s) "
+          f"in {len(layout.folders)} folder(s), in {elapsed:.1f} s")
+    for folder in layout.folders:
+        numbers = ", ".join(str(r.rank) for r in folder.ranks)
+        of = f" of {folder.world_size}" if folder.world_size else ""
+        group = f"group {folder.group}: " if folder.group else ""
+        ranks = "rank" if len(folder.ranks) == 1 else "ranks"
+        print(f"  {group}{ranks} {numbers}{of}: TraceAnalysis(trace_dir={str(folder.path)!r}, "
+              "include_last_profiler_step=True)")
+    for note in layout.notes:
+        print(style(f"note: {note}", "dim"))
 
 
 def _steps_text(steps: list[int]) -> str:
