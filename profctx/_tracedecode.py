@@ -51,11 +51,17 @@ if _TYPED:
         tid: int | str | None = None
 
     class Head(_msgspec.Struct, gc=False):
-        """The fields of one trace event the merge checks; ``None`` where absent or of another type."""
+        """The fields of one trace event the merge checks; ``None`` where absent or of another type.
+
+        ``ts`` and ``dur`` are decoded (as floats) so that a time beyond a double fails the batch
+        here, as it fails the fallback parser: the merge then reads that batch value by value.
+        """
 
         ph: str | None = None
         pid: int | str | None = None
         tid: int | str | None = None
+        ts: float | None = None
+        dur: float | None = None
 
     _EVENTS: Any = _msgspec.json.Decoder(list[Event])
     _HEADS: Any = _msgspec.json.Decoder(list[Head])
@@ -83,13 +89,15 @@ else:  # pragma: no cover - the same shape without msgspec
     class Head:  # type: ignore[no-redef]
         """The fields of one trace event the merge checks; ``None`` where absent or of another type."""
 
-        __slots__ = ("ph", "pid", "tid")
+        __slots__ = ("dur", "ph", "pid", "tid", "ts")
 
-        def __init__(self, ph: str | None = None, pid: int | str | None = None,
-                     tid: int | str | None = None) -> None:
+        def __init__(self, ph: str | None = None, pid: int | str | None = None, tid: int | str | None = None,
+                     ts: float | None = None, dur: float | None = None) -> None:
             self.ph = ph
             self.pid = pid
             self.tid = tid
+            self.ts = ts
+            self.dur = dur
 
     _EVENTS = _HEADS = _RAWS = None
     _MSGSPEC_ERRORS = ()
@@ -156,11 +164,8 @@ def as_event(value: Any) -> Event | None:
     )
 
 
-def as_head(value: Any) -> Head | None:
-    """Return the :class:`Head` of a parsed event (a dict), or ``None`` for a value that is not an object."""
-    if type(value) is not dict:
-        return None
-    return Head(ph=_str(value.get("ph")), pid=_ident(value.get("pid")), tid=_ident(value.get("tid")))
+class Heads(list):  # type: ignore[type-arg] # list[Head]: msgspec's decoded list, marked as heads
+    """The :class:`Head` of every event of a batch whose events were not parsed further."""
 
 
 def _parse(data: bytes) -> list[Any]:
@@ -200,6 +205,16 @@ def heads(data: bytes) -> list[Head] | None:
         return _HEADS.decode(data)  # type: ignore[no-any-return]
     except _MSGSPEC_ERRORS:
         return None
+
+
+def heads_or_values(data: bytes) -> list[Any]:
+    """Return :class:`Heads` of the JSON array ``data`` when msgspec takes it, else its parsed values.
+
+    A parser for :class:`profctx._tracejson.TraceStream` (the merge's): raise
+    :class:`MalformedError` when ``data`` is not valid JSON.
+    """
+    found = heads(data)
+    return _parse(data) if found is None else Heads(found)
 
 
 def raws(data: bytes) -> list[Any] | None:

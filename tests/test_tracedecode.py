@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from profctx import _tracedecode
-from profctx._tracedecode import MalformedError, as_event, events, heads, raws
+from profctx._tracedecode import Heads, MalformedError, as_event, events, heads, heads_or_values, raws
 
 FIELDS = ("ph", "name", "cat", "ts", "dur", "pid", "tid")
 
@@ -90,6 +90,16 @@ def test_heads_and_raws_split_a_batch_for_copying(decoder: str) -> None:
     assert json.loads(b"[" + b",".join(texts) + b"]") == batch
     assert heads(dumps([TORCH_EVENT, 4])) is None  # not every value an object: the caller parses them
     assert heads(dumps([{"ph": "X", "pid": 1.5}])) is None
+
+
+def test_heads_or_values_parses_what_msgspec_does_not_take(decoder: str) -> None:
+    plain = heads_or_values(dumps([TORCH_EVENT]))
+    assert (type(plain) is Heads) == (decoder == "typed")
+    # A time beyond a double fails the heads, as it fails the fallback parser: a value error either way.
+    with pytest.raises(ValueError):
+        heads_or_values(b'[{"ph": "X", "pid": 1, "tid": 1, "ts": 1e999}]')
+    odd = heads_or_values(dumps([TORCH_EVENT, 5]))
+    assert type(odd) is list and odd == [TORCH_EVENT, 5]
 
 
 def test_the_fallback_without_msgspec_installed(tmp_path: Any) -> None:
