@@ -144,8 +144,8 @@ def _hta_lines(layout: Layout, elapsed: float, style: Style) -> None:
         numbers = ", ".join(str(r.rank) for r in folder.ranks)
         of = f" of {folder.world_size}" if folder.world_size else ""
         group = f"group {folder.group}: " if folder.group else ""
-        ranks = "rank" if len(folder.ranks) == 1 else "ranks"
-        print(f"  {group}{ranks} {numbers}{of}: TraceAnalysis(trace_dir={str(folder.path)!r}, "
+        noun = "rank" if len(folder.ranks) == 1 else "ranks"
+        print(f"  {group}{noun} {numbers}{of}: TraceAnalysis(trace_dir={str(folder.path)!r}, "
               "include_last_profiler_step=True)")
     for note in layout.notes:
         print(style(f"note: {note}", "dim"))
