@@ -24,11 +24,11 @@ import json
 import math
 import os
 import re
-import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, Final
 
+from . import _codec
 from ._untrusted import MAX_DEPTH, open_regular, too_deep
 
 try:
@@ -81,17 +81,25 @@ class TraceStream:
     ``root``: the run folder the file must lie in (see :func:`profctx._untrusted.open_regular`);
     raise :class:`~profctx._untrusted.UnsafeFileError` (an :class:`OSError`) for a file refused.
 
+    ``loads`` parses an event slice (the bytes of a JSON array) into the values a batch holds and
+    raises ``ValueError`` when they are not JSON; the default gives dicts (orjson, else the standard
+    library), :mod:`profctx._tracedecode` gives only the fields a reader needs. Values decoded one at a
+    time (after damage, or a cut that never parses) are always plain JSON values, with
+    :attr:`raw` ``None``. A ``.gz`` file inflates through :mod:`profctx._codec` (isal when installed).
+
     ``consumed`` is how many bytes of the file (compressed bytes for ``.gz``) were read so
     far, for progress display. Use as a context manager; not thread-safe.
     """
 
-    def __init__(self, path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None, *,
+                 loads: Callable[[bytes], Any] | None = None) -> None:
         self.path = Path(path)
+        self._loads = loads or _loads
         self._raw: IO[bytes] = open_regular(self.path, root)
         self.size = os.fstat(self._raw.fileno()).st_size
         magic = self._raw.read(2)
         self._raw.seek(0)
-        self._inflate: Any = zlib.decompressobj(31) if magic == b"\x1f\x8b" else None
+        self._inflate: Any = _codec.inflater() if magic == b"\x1f\x8b" else None
         self._buf = b""
         self._pos = 0
         self._eof = False
@@ -198,7 +206,7 @@ class TraceStream:
                 return None
             text = buf[start:cut]
             try:
-                batch = _loads(b"[" + text + b"]")
+                batch = self._loads(b"[" + text + b"]")
             except _ParseError as exc:
                 # Try a boundary before where the parse failed (past the "["): a cut inside a
                 # string fails near the cut, damaged data where it is, so valid events before
@@ -234,9 +242,9 @@ class TraceStream:
                 data: bytes = self._inflate.decompress(raw, CHUNK)
                 while self._inflate.eof and self._inflate.unused_data:
                     rest = self._inflate.unused_data  # a second gzip member follows
-                    self._inflate = zlib.decompressobj(31)
+                    self._inflate = _codec.inflater()
                     data += self._inflate.decompress(rest, CHUNK)
-            except zlib.error as exc:
+            except _codec.ERRORS as exc:
                 self._damage = f"the gzip data is damaged ({exc})"
                 self._raw.seek(0, os.SEEK_END)
                 self._consumed = self.size

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from .._plan import RANGES_KEY
+from .._tracedecode import as_event, events
 from .._tracejson import EVENTS, TraceFormatError, TraceStream
 
 #: Categories of device activity (CUDA kernels and copies; torch_npu uses the same names in its JSON).
@@ -100,22 +101,23 @@ def _read(path: str | Path, root: str | Path | None) -> TraceFigures:
     hi = float("-inf")
     drawn: set[str] | None = None
     try:
-        with TraceStream(path, root) as stream:
+        # Slices are decoded into the seven fields read here (typed: a time is a float or None).
+        with TraceStream(path, root, loads=events) as stream:
             for key, batch in stream.batches():
                 if key != EVENTS:
                     if key == RANGES_KEY and isinstance(batch, dict) and isinstance(batch.get("roles"), list):
                         drawn = {str(n) for n in batch["roles"]}
                     continue
+                if stream.raw is None:  # values decoded one at a time are plain JSON values
+                    batch = [e for e in map(as_event, batch) if e is not None]
                 for event in batch:
-                    if type(event) is not dict or event.get("ph") != "X":
+                    if event.ph != "X":
                         continue
-                    raw_ts = event.get("ts")
-                    raw_dur = event.get("dur")
-                    if not isinstance(raw_ts, (int, float)) or not isinstance(raw_dur, (int, float)):
+                    ts = event.ts
+                    dur = event.dur
+                    if ts is None or dur is None:
                         continue
-                    ts = float(raw_ts)
-                    dur = float(raw_dur)
-                    cat = event.get("cat")
+                    cat = event.cat
                     figures.events += 1
                     if cat in IGNORED_CATS:
                         continue
@@ -123,7 +125,9 @@ def _read(path: str | Path, root: str | Path | None) -> TraceFigures:
                         lo = ts
                     if ts + dur > hi:
                         hi = ts + dur
-                    name = str(event.get("name"))
+                    name = event.name
+                    if name is None:
+                        name = "None"  # as str() of a missing name has always read
                     if cat in DEVICE_CATS:
                         slot = figures.device.get(name)
                         if slot is None:
@@ -133,7 +137,7 @@ def _read(path: str | Path, root: str | Path | None) -> TraceFigures:
                             slot[1] += 1
                         figures.device_us += dur
                         continue
-                    where = (event.get("pid"), event.get("tid"))
+                    where = (event.pid, event.tid)
                     thread = threads.get(where)
                     if thread is None:
                         thread = threads[where] = _Thread()

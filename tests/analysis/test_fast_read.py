@@ -1,0 +1,62 @@
+"""The analysis's trace reading through the typed decoder and the isal codec: the same figures as the plain parser."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from profctx import _codec, _tracedecode
+from profctx.analysis import read_figures
+
+from .synth import trace
+
+
+def _doc(events: int = 3000) -> dict[str, Any]:
+    doc = trace(pid=7, start_us=1000.0, seconds=0.5, outer="aten::linear", leaf="aten::mm", events=events,
+                kernels=True, role_range="rollout")
+    odd = [
+        {"ph": "X", "cat": "cpu_op", "name": 12, "pid": 7, "tid": 7, "ts": 1100.0, "dur": 1.0},  # name a number
+        {"ph": "X", "cat": "cpu_op", "name": "aten::odd", "pid": 7, "tid": 7, "ts": "1200", "dur": 1.0},  # ts text
+        {"ph": "X", "cat": "cpu_op", "name": "aten::bool", "pid": 7, "tid": 7, "ts": 1300.0, "dur": True},
+        17, "not an event", [1, 2],
+    ]
+    # Spread through the array: batches of the trace hold odd events among plain ones.
+    every = len(doc["traceEvents"]) // (len(odd) + 1)
+    for i, value in enumerate(odd, start=1):
+        doc["traceEvents"].insert(i * every, value)
+    return doc
+
+
+def _figures(path: Path) -> Any:
+    got = read_figures(path)
+    return (got.span_us, got.events, got.ops, got.roles, got.steps, got.device, got.device_us, got.problem)
+
+
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_typed_decoder_and_codec_read_what_the_plain_parser_reads(tmp_path: Path, suffix: str,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    text = json.dumps(_doc(), indent=1).encode()
+    path = tmp_path / f"t.pt.trace{suffix}"
+    path.write_bytes(gzip.compress(text, 1) if suffix.endswith(".gz") else text)
+    fast = _figures(path)
+    assert fast[-1] is None and fast[1] > 6000
+    assert any(name == "12" for (_, _, name) in fast[2])  # a name that is a number is read as its text
+    assert not any(name in ("aten::odd", "aten::bool") for (_, _, name) in fast[2])  # a time that is no number
+    for attr in ("_EVENTS", "_HEADS", "_RAWS"):
+        monkeypatch.setattr(_tracedecode, attr, None)
+    monkeypatch.setattr(_codec, "_isal", None)
+    assert _figures(path) == fast
+
+
+def test_a_damaged_gzip_trace_reads_up_to_the_damage(tmp_path: Path) -> None:
+    packed = bytearray(gzip.compress(json.dumps(_doc(8000)).encode(), 1))
+    packed[len(packed) // 2:len(packed) // 2 + 64] = b"\x00" * 64
+    path = tmp_path / "t.pt.trace.json.gz"
+    path.write_bytes(bytes(packed))
+    got = read_figures(path)
+    assert got.problem and "gzip" in got.problem
+    assert got.events > 500  # what came before the damage
