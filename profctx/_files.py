@@ -66,17 +66,23 @@ def create(name: str | os.PathLike[str], *, dir_fd: int | None = None, mode: int
     return os.open(name, CREATE, FILE_MODE if mode is None else mode, dir_fd=dir_fd)
 
 
-def open_folder(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> int:
+def open_folder(path: str | os.PathLike[str], *, dir_fd: int | None = None, shown: str | None = None) -> int:
     """Open the folder ``path`` (its last component not followed if a link); return its descriptor.
 
-    Raise ``OSError`` (``ELOOP``) naming the path when a link is there, ``NotADirectoryError`` for a file.
+    Raise ``OSError`` (``ELOOP``) when a link is there, ``NotADirectoryError`` for a file; the error
+    names ``shown`` (default ``path``).
     """
     try:
         return os.open(path, FOLDER, dir_fd=dir_fd)
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise OSError(errno.ELOOP, "a link where profctx's folder belongs (not followed)", str(path)) from None
-        raise
+        shown = str(path) if shown is None else shown
+        link = False
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            with contextlib.suppress(OSError):
+                link = stat.S_ISLNK(os.lstat(path, dir_fd=dir_fd).st_mode)
+        if link:
+            raise OSError(errno.ELOOP, "a link where profctx's folder belongs (not followed)", shown) from None
+        raise type(exc)(exc.errno, exc.strerror, shown) from None
 
 
 def make_folders(root: Path, relative: str | os.PathLike[str] = "") -> Path:
@@ -95,7 +101,7 @@ def make_folders(root: Path, relative: str | os.PathLike[str] = "") -> Path:
             path = path / part
             with contextlib.suppress(FileExistsError):
                 os.mkdir(part, FOLDER_MODE, dir_fd=fd)
-            inner = open_folder(part, dir_fd=fd)
+            inner = open_folder(part, dir_fd=fd, shown=str(path))
             os.close(fd)
             fd = inner
             owner = os.fstat(fd).st_uid
@@ -167,7 +173,7 @@ def working_folder(folder: Path) -> Iterator[tuple[int, int, str]]:
 def remove_tree(name: str, dir_fd: int) -> None:
     """Remove ``name`` in the folder ``dir_fd``: a file or link is unlinked, a folder emptied and removed.
 
-    Links inside are removed, never followed.
+    Links inside are removed, never followed; files inside are cut to nothing first (see :func:`_empty`).
     """
     try:
         inner = open_folder(name, dir_fd=dir_fd)
@@ -178,12 +184,28 @@ def remove_tree(name: str, dir_fd: int) -> None:
         for entry in list(os.scandir(inner)):
             if entry.is_dir(follow_symlinks=False):
                 remove_tree(entry.name, inner)
-            else:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(entry.name, dir_fd=inner)
+                continue
+            if entry.is_file(follow_symlinks=False):
+                _empty(entry.name, inner)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.name, dir_fd=inner)
     finally:
         os.close(inner)
     os.rmdir(name, dir_fd=dir_fd)
+
+
+def _empty(name: str, dir_fd: int) -> None:
+    """Cut the file ``name`` to nothing: its space is freed now, even if a library still holds it open.
+
+    torch keeps the file it failed to write (a full disk) open until its profiler object is
+    collected; removing the name alone would leave the space in use until then.
+    """
+    with contextlib.suppress(OSError):
+        fd = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
+        try:
+            os.ftruncate(fd, 0)
+        finally:
+            os.close(fd)
 
 
 def _alive(pid: int) -> bool:
