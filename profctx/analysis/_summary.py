@@ -28,12 +28,14 @@ import statistics
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
 from .._tracejson import is_trace_file
 from .._untrusted import UnsafeFileError, files_under, resolve
 from ..manifest import CaptureRecord, ManifestReader, drivers, in_groups, latest_run, process_names
+from ._parallel import Prefetched, jobs_for
 from ._trace import TraceFigures, read_figures
 
 #: Name and version of the JSON document :meth:`Summary.to_json` returns.
@@ -209,13 +211,15 @@ def summarize(
     straggler_ratio: float = STRAGGLER_RATIO,
     progress: Callable[[int, int], None] | None = None,
     groups: Collection[str] | None = None,
+    jobs: int | None = None,
 ) -> Summary:
     """Return the summary of ``run`` under ``save_path`` (``"latest"``: the run that started last; ``None``: all).
 
     ``steps`` keeps those steps only; ``groups`` the processes of those worker groups
     (``driver``: the processes outside every group). Traces are streamed one at a time: memory stays near
-    the figures of one trace. ``progress(done, total)`` counts traces read. A trace that cannot be
-    read is listed in :attr:`Summary.problems` and its capture keeps the manifest's times.
+    the figures of one trace, per process: ``jobs`` processes read traces (default: one per CPU when there
+    are enough traces for a pool to gain, else one). ``progress(done, total)`` counts traces read. A trace
+    that cannot be read is listed in :attr:`Summary.problems` and its capture keeps the manifest's times.
     """
     root = Path(save_path)
     chosen = latest_run(root) if run == "latest" else run
@@ -224,7 +228,7 @@ def summarize(
     records = [r for r in every
                if (wanted is None or wanted.intersection(r.steps)) and (groups is None or in_groups(r, groups))]
     return summarize_records(root, records, run=chosen, steps=wanted, top=top, straggler_ratio=straggler_ratio,
-                             progress=progress, driver=drivers(every))
+                             progress=progress, driver=drivers(every), jobs=jobs)
 
 
 def summarize_records(
@@ -237,6 +241,7 @@ def summarize_records(
     straggler_ratio: float = STRAGGLER_RATIO,
     progress: Callable[[int, int], None] | None = None,
     driver: Collection[tuple[str, ...]] | None = None,
+    jobs: int | None = None,
 ) -> Summary:
     """Return the summary of the captures ``records`` of ``save_path`` (already chosen by the caller).
 
@@ -254,6 +259,7 @@ def summarize_records(
     problems: list[str] = []
     role_ops: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0, 0]))
     done = 0
+    chosen_files: list[list[str]] = []
     for record in records:
         files = [f.path for f in record.files if is_trace_file(f.path)]
         if record.is_engine and not files and record.folder:
@@ -261,26 +267,43 @@ def summarize_records(
                 files = _engine_files(root, record.folder, listed)
             except UnsafeFileError as exc:
                 problems.append(str(exc))
-        summary = _capture(root, record, files if record.status == "ok" else [], top, wanted)
-        problems.extend(summary.problems)
-        if record.is_engine:
-            engines.append(summary)
-        else:
-            # Fold the capture's full operator table into the run's now: a real trace names
-            # hundreds of operators, and thousands of captures must not each keep theirs.
-            for role, table in summary.role_table.items():
-                for name, (s, t, c) in table.items():
-                    slot = role_ops[role][name]
-                    slot[0] += s
-                    slot[1] += t
-                    slot[2] += c
-            summary.role_table = {}
-            captures.append(summary)
-        if record.status == "ok":
-            done += 1
-            if progress:
-                progress(done, total)
+        chosen_files.append(files if record.status == "ok" else [])
+    # Every trace to read, in the order the loop below reads them: read ahead by a process pool
+    # when there are enough of them (see _parallel.jobs_for), else one by one here.
+    paths = [path for files in chosen_files for path in _resolved(root, files)]
+    with Prefetched(partial(read_figures, root=root), paths, jobs_for(paths, jobs)) as read:
+        for record, files in zip(records, chosen_files, strict=True):
+            summary = _capture(root, record, files, top, wanted, read)
+            problems.extend(summary.problems)
+            if record.is_engine:
+                engines.append(summary)
+            else:
+                # Fold the capture's full operator table into the run's now: a real trace names
+                # hundreds of operators, and thousands of captures must not each keep theirs.
+                for role, table in summary.role_table.items():
+                    for name, (s, t, c) in table.items():
+                        slot = role_ops[role][name]
+                        slot[0] += s
+                        slot[1] += t
+                        slot[2] += c
+                summary.role_table = {}
+                captures.append(summary)
+            if record.status == "ok":
+                done += 1
+                if progress:
+                    progress(done, total)
     return _assemble(root, chosen, captures, engines, problems, role_ops, top, straggler_ratio, wanted, driver)
+
+
+def _resolved(root: Path, files: Sequence[str]) -> list[Path]:
+    """Return the paths of ``files`` that :func:`_capture` reads (those it refuses are said there)."""
+    found = []
+    for rel in files:
+        try:
+            found.append(resolve(root, rel))
+        except UnsafeFileError:
+            continue
+    return found
 
 
 def _engine_files(root: Path, folder: str, listed: set[str]) -> list[str]:
@@ -289,7 +312,8 @@ def _engine_files(root: Path, folder: str, listed: set[str]) -> list[str]:
 
 
 def _capture(root: Path, record: CaptureRecord, files: Sequence[str], top: int,
-             wanted: set[int] | None = None) -> CaptureSummary:
+             wanted: set[int] | None = None,
+             read: Callable[[Path], TraceFigures] | None = None) -> CaptureSummary:
     ops: dict[tuple[int | None, str | None, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
     device: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     ranges: dict[tuple[int | None, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
@@ -305,7 +329,7 @@ def _capture(root: Path, record: CaptureRecord, files: Sequence[str], top: int,
         except UnsafeFileError as exc:
             problems.append(str(exc))
             continue
-        figures: TraceFigures = read_figures(path, root)
+        figures: TraceFigures = read(path) if read is not None else read_figures(path, root)
         if figures.problem:
             problems.append(figures.problem)
         span = max(span, figures.span_us)

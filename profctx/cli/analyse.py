@@ -76,6 +76,8 @@ def _common_flags(parser: argparse.ArgumentParser) -> None:
                         help="name a straggler when max/median over processes exceeds R (default 1.2)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="show a progress bar while traces are read (default: when stderr is a terminal)")
+    parser.add_argument("--jobs", type=jobs_option, metavar="N",
+                        help="processes reading traces (default: one per CPU when there are enough traces to gain)")
 
 
 def _summarize(folder: str, run: str, args: argparse.Namespace, steps: list[int] | None = None,
@@ -90,9 +92,20 @@ def _summarize(folder: str, run: str, args: argparse.Namespace, steps: list[int]
     bar = Progress(sys.stderr, "reading traces", show)
     try:
         return summarize(path, chosen, steps=steps, top=top, straggler_ratio=args.straggler_ratio,
-                         progress=bar.update, groups=args.group)
+                         progress=bar.update, groups=args.group, jobs=args.jobs)
     finally:
         bar.close()
+
+
+def jobs_option(text: str) -> int:
+    """Parse ``--jobs``: a number of processes, 1 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number of processes, 1 or more")
+    return value
 
 
 def _reader(path: Any, run: str) -> Any:

@@ -12,7 +12,7 @@ from .._report import render
 from ..analysis import summarize_records
 from ..manifest import drivers
 from ._common import FINDINGS, OK, Progress, UsageError, add_filters, guarded, open_run, size, stream_run
-from .analyse import left_out_note
+from .analyse import jobs_option, left_out_note
 
 
 def register(subparsers: Any) -> None:
@@ -31,6 +31,8 @@ def register(subparsers: Any) -> None:
                         help="operations listed per capture and role (default 10; 0 reads no trace, for speed)")
     parser.add_argument("--straggler-ratio", type=float, default=1.2, metavar="R",
                         help="name a straggler when max/median over processes exceeds R (default 1.2)")
+    parser.add_argument("--jobs", type=jobs_option, metavar="N",
+                        help="processes reading traces (default: one per CPU when there are enough traces to gain)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="show a progress bar while traces are read (default: when stderr is a terminal)")
     add_filters(parser, run_default="latest")
@@ -55,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         readable = records if args.ops else []
         summary = summarize_records(profiled.path, readable, run=args.run, top=max(args.ops, 1),
-                                    straggler_ratio=args.straggler_ratio, progress=bar.update, driver=driver)
+                                    straggler_ratio=args.straggler_ratio, progress=bar.update, driver=driver,
+                                    jobs=args.jobs)
     finally:
         bar.close()
     page = render(summary, records, damaged=profiled.damaged, driver=driver)

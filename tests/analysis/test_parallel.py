@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
+from profctx.analysis import summarize
 from profctx.analysis._parallel import AUTO_MIN_BYTES, Prefetched, cpus, jobs_for, ordered_map
+from profctx.cli import main
+
+from .synth import Spec, write_run
 
 PARENT = os.getpid()
 
@@ -73,3 +78,13 @@ def test_prefetched_hands_out_planned_results_and_computes_the_rest_here() -> No
     # Left before the last planned items were asked for: the pool stops without them.
     with Prefetched(double, list(range(50)), 2) as prefetched:
         assert prefetched(0) == 0
+
+
+def test_summary_read_by_a_pool_is_the_summary_read_here(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = write_run(tmp_path / "run", Spec(ranks=3, steps=(1, 2), events=60, slow={(2, "rollout"): 1.6}))
+    alone = summarize(run, jobs=1).to_json()
+    pooled = summarize(run, jobs=2).to_json()
+    assert pooled == alone
+    assert alone["stragglers"] and alone["role_ops"]
+    assert main(["summary", str(run), "--json", "--jobs", "2", "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out)["phases"] == alone["phases"]
