@@ -161,8 +161,8 @@ class Capture:
     def open_range(self, name: str, *, marker: bool = False) -> Range | None:
         """Open a named range on the calling thread, or return ``None`` if none can be drawn.
 
-        ``marker``: a ``step N`` boundary rather than a role (backends with a ``marker``
-        method draw it there; others draw it as a range).
+        ``marker``: a step marker (``ProfilerStep#N``) or a role capture's own role, not a role
+        range (backends with a ``marker`` method draw it there; others draw it as a range).
         """
         if self.status != "live":
             return None

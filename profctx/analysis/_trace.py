@@ -100,6 +100,7 @@ def _read(path: str | Path, root: str | Path | None) -> TraceFigures:
     lo = float("inf")
     hi = float("-inf")
     drawn: set[str] | None = None
+    marks: list[tuple[float, float, int]] = []
     try:
         # Slices are decoded into the seven fields read here (typed: a time is a float or None).
         with TraceStream(path, root, loads=events) as stream:
@@ -147,7 +148,13 @@ def _read(path: str | Path, root: str | Path | None) -> TraceFigures:
                     thread.ts.append(ts)
                     thread.dur.append(dur)
                     thread.name.append(index)
-                    thread.kind.append(1 if cat in RANGE_CATS else 0)
+                    if cat in RANGE_CATS:
+                        thread.kind.append(1)
+                        marker = STEP_MARKER.fullmatch(name)
+                        if marker is not None:
+                            marks.append((ts, ts + dur, int(marker[1])))
+                    else:
+                        thread.kind.append(0)
     except (TraceFormatError, OSError) as exc:
         figures.problem = str(exc)
     if hi > lo:
@@ -155,7 +162,10 @@ def _read(path: str | Path, root: str | Path | None) -> TraceFigures:
     figures.marked = drawn is not None
     by_index = list(names)
     kinds = bytearray(_classify(n, drawn) for n in by_index)
-    marks = _markers(threads.values(), by_index, kinds, figures)
+    for start, end, step in marks:
+        slot = figures.steps.setdefault(step, [0.0, 0])
+        slot[0] += end - start
+        slot[1] += 1
     for thread in threads.values():
         _nest(thread, by_index, kinds, marks, figures)
     return figures
@@ -167,26 +177,6 @@ def _classify(name: str, drawn: set[str] | None) -> int:
     if drawn is None:
         return _ROLE  # no list: the outermost user range is the role, nested ones are left out
     return _ROLE if name in drawn else _OP
-
-
-def _markers(threads: Iterable[_Thread], names: list[str], kinds: bytearray,
-             figures: TraceFigures) -> list[tuple[float, float, int]]:
-    """Return every step marker as ``(start, end, step)`` and add them up in ``figures.steps``."""
-    found: list[tuple[float, float, int]] = []
-    if _MARK not in kinds:
-        return found
-    for thread in threads:
-        for i, (k, index) in enumerate(zip(thread.kind, thread.name, strict=True)):
-            if k and kinds[index] == _MARK:
-                match = STEP_MARKER.fullmatch(names[index])
-                if match is None:
-                    continue
-                step = int(match[1])
-                found.append((thread.ts[i], thread.ts[i] + thread.dur[i], step))
-                slot = figures.steps.setdefault(step, [0.0, 0])
-                slot[0] += thread.dur[i]
-                slot[1] += 1
-    return found
 
 
 def _step_at(marks: list[tuple[float, float, int]], ts: float) -> int | None:
