@@ -473,7 +473,7 @@ def _merge_one(
                         value, raw = finite, None
                 kept = mapper.remap(value)
                 if markers is not None:
-                    kept, raw = markers.take(kept, record.steps, raw)
+                    kept, raw = markers.take(kept, record.steps, raw, index)
                 if mapper.untouched and raw is not None:
                     sink.copy(raw, len(kept))  # the batch's own bytes: nothing to serialise again
                 else:
@@ -507,12 +507,20 @@ def _merge_one(
     return source
 
 
+#: Event arguments that link events of one capture (an operator, its kernel launch, the kernel):
+#: made unique per capture in a file holding several, as flow ids are.
+_LINK_ARGS: Final = ("correlation", "External id", "Python id", "Python parent id")
+
+
 class _StepMarkers:
     """Gather where each step lies in one output file, from its captures' events and step markers.
 
     A one-step capture's events all belong to its step (also those the profiler draws outside the
     step's range); a capture of several steps is split by its own markers. The markers read are
-    left out of the output: :meth:`spans` gives one per step instead.
+    left out of the output: :meth:`spans` gives one per step instead. The ids linking events of a
+    capture (:data:`_LINK_ARGS`) get the capture's index in their high bits: a tool joining a rank's
+    kernels to their launches by ``correlation`` must not join two captures' (each counts from its
+    own start).
     """
 
     def __init__(self) -> None:
@@ -521,13 +529,26 @@ class _StepMarkers:
         #: Whether the capture last read named a step.
         self.named = False
 
-    def take(self, events: list[Any], steps: Sequence[int], raw: bytes | None) -> tuple[list[Any], bytes | None]:
-        """Take in a batch of merged events of a capture of ``steps``; return it less its markers (and ``raw``
-        when nothing was left out)."""
+    def take(self, events: list[Any], steps: Sequence[int], raw: bytes | None,
+             index: int) -> tuple[list[Any], bytes | None]:
+        """Take in a batch of merged events of capture ``index`` of ``steps``; return it less its markers, its
+        link ids made unique (and ``raw`` when nothing changed)."""
         single = steps[0] if len(steps) == 1 else None
         kept = []
+        changed = False
+        high = index << _ID_BITS
         for event in events:
-            if type(event) is not dict or event.get("ph") != "X":
+            if type(event) is not dict:
+                kept.append(event)
+                continue
+            args = event.get("args")
+            if type(args) is dict:
+                for key in _LINK_ARGS:
+                    value = args.get(key)
+                    if type(value) is int:
+                        args[key] = high | (value & _ID_MASK)
+                        changed = True
+            if event.get("ph") != "X":
                 kept.append(event)
                 continue
             name, ts, dur = event.get("name"), event.get("ts"), event.get("dur", 0)
@@ -546,7 +567,7 @@ class _StepMarkers:
             known[0], known[1] = min(known[0], ts), max(known[1], ts + dur)
             if marker and not known[4]:  # torch's marker thread, rather than any event's
                 known[2:] = [event.get("pid"), event.get("tid"), True]
-        return kept, raw if len(kept) == len(events) else None
+        return kept, raw if len(kept) == len(events) and not changed else None
 
     def spans(self) -> list[dict[str, Any]]:
         """Return one ``ProfilerStep#N`` range per step seen."""

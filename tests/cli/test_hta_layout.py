@@ -187,6 +187,50 @@ def test_a_layout_needs_a_folder_of_its_own_and_one_run(run_dir: Path, job: Path
     assert (two / "merged" / f"{JOB}-step000002.hta" / "actor" / "rank1.pt.trace.json.gz").is_file()
 
 
+def _gpu_run(save: Path) -> Path:
+    """Write a GPU-shaped run: 3 ranks, 2 steps, 2 roles, kernels launched by ``cudaLaunchKernel``.
+
+    As in a torch CUDA trace, a launch and its kernel share a ``correlation`` id; each capture
+    counts its ids from 0, as separate profiling sessions may.
+    """
+    from analysis.synth import Spec, write_run
+
+    write_run(save, Spec(steps=(1, 2), ranks=3, roles={"actor_update": 0.3, "rollout": 0.2}, kernels=True,
+                         events=30, slow={(1, "actor_update"): 1.7}))
+    for path in save.glob("step*/*/*.json.gz"):
+        trace = _load(path)
+        events = trace["traceEvents"]
+        cpu = next(e for e in events if e.get("cat") == "cpu_op")
+        events += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": cpu["pid"],
+                    "tid": cpu["tid"], "ts": k["ts"] - 1, "dur": 0.5, "args": {"correlation": k["args"]["correlation"]}}
+                   for k in events if k.get("cat") == "kernel"]
+        path.write_bytes(gzip.compress(json.dumps(trace).encode()))
+    return save
+
+
+def _kernel_time(traces: list[dict[str, Any]]) -> dict[str, tuple[float, int]]:
+    """Return each kernel's total time (us) and count over ``traces``."""
+    found: dict[str, tuple[float, int]] = {}
+    for trace in traces:
+        for e in trace["traceEvents"]:
+            if e.get("cat") == "kernel":
+                total, count = found.get(e["name"], (0.0, 0))
+                found[e["name"]] = (total + e["dur"], count + 1)
+    return found
+
+
+def test_each_kernel_keeps_its_own_launch(tmp_path: Path) -> None:
+    run = _gpu_run(tmp_path / "run")
+    out = tmp_path / "hta"
+    assert main(["merge", str(run), "--hta", "-o", str(out)]) == 0
+    for rank in range(3):
+        trace = _load(out / "actor" / f"rank{rank}.pt.trace.json.gz")
+        launches = Counter(e["args"]["correlation"] for e in trace["traceEvents"] if e.get("cat") == "cuda_runtime")
+        kernels = [e["args"]["correlation"] for e in trace["traceEvents"] if e.get("cat") == "kernel"]
+        # 4 captures of 30 launches, every id once: a kernel is joined to its own launch only.
+        assert len(kernels) == 120 and set(launches.values()) == {1} and set(kernels) == set(launches)
+
+
 # -- the real tools (optional) -------------------------------------------------------------------
 
 def _python_with(module: str, *variables: str) -> str | None:
@@ -241,6 +285,37 @@ def test_hta_loads_each_rank_with_its_steps(run_dir: Path, job: Path, tmp_path: 
             assert figures["op_iterations"] == [1, 2]  # every operator in its step, none at -1
             group = folder or None
             assert figures["ops"] == sum(_input_ops(save, group, int(rank)).values())
+
+
+_KERNELS = """
+import json, logging, sys
+logging.disable(logging.WARNING)
+from hta.trace_analysis import TraceAnalysis
+analysis = TraceAnalysis(trace_dir=sys.argv[1], include_last_profiler_step=True)
+_, kernels = analysis.get_gpu_kernel_breakdown(visualize=False, num_kernels=1000, duration_ratio=1.0)
+print(json.dumps(kernels.to_dict(orient="records")))
+"""
+
+
+@pytest.mark.skipif(_python_with("hta", "PROFCTX_HTA_PYTHON") is None,
+                    reason="HTA is not installed (optional group 'hta' or PROFCTX_HTA_PYTHON)")
+def test_hta_kernel_time_per_rank_is_that_of_its_captures(tmp_path: Path) -> None:
+    run = _gpu_run(tmp_path / "run")
+    out = tmp_path / "hta"
+    assert main(["merge", str(run), "--hta", "-o", str(out)]) == 0
+    interpreter = _python_with("hta", "PROFCTX_HTA_PYTHON")
+    assert interpreter is not None
+    done = subprocess.run([interpreter, "-c", _KERNELS, str(out / "actor")], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    hta = {(row["rank"], row["name"]): row["sum (us)"] for row in json.loads(done.stdout.strip().splitlines()[-1])}
+    for rank in range(3):
+        inputs = [_load(p) for p in run.glob(f"step*/*/*rank{rank}-*.json.gz")]
+        assert len(inputs) == 4
+        for name, (total, count) in _kernel_time(inputs).items():
+            # Each capture's kernels once (not once per capture holding the same ids): HTA rounds each
+            # kernel's ts and dur down to whole microseconds, so up to 1 us a kernel is lost.
+            assert total - count <= hta[(rank, name)] <= total
 
 
 _TB = """
