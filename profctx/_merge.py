@@ -27,15 +27,16 @@ import math
 import os
 import queue
 import threading
-import zlib
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import IO, Any, Final
 
+from . import _codec
 from ._files import create, sweep, temporary_name
 from ._plan import STEP_MARKER_PREFIX
+from ._tracedecode import Heads, heads_or_values, raws
 from ._tracejson import EVENTS, TraceFormatError, TraceStream, header, is_trace_file
 from ._untrusted import UnsafeFileError, files_under
 from .manifest import DRIVER, CaptureRecord, process_names
@@ -46,6 +47,7 @@ try:
     #: Whether a batch the reader parsed in one slice holds only finite numbers (orjson refuses
     #: ``NaN``, ``Infinity`` and numbers beyond a double; the standard library reads them).
     _FINITE_BATCHES = True
+    _loads_values: Callable[[bytes], Any] = _orjson.loads
 
     def _dumps(value: Any) -> bytes:
         try:
@@ -54,6 +56,7 @@ try:
             return json.dumps(value, default=str, separators=(",", ":")).encode()
 except ImportError:  # pragma: no cover - exercised when the extra is absent
     _FINITE_BATCHES = False
+    _loads_values = json.loads
 
     def _dumps(value: Any) -> bytes:
         return json.dumps(value, default=str, separators=(",", ":")).encode()
@@ -107,6 +110,10 @@ class MergeResult:
     unmarked: list[str] = field(default_factory=list)
 
 
+#: A :class:`~profctx._tracedecode.Head`'s phase, pid and tid.
+_PHASE: Final = attrgetter("ph")
+_PID: Final = attrgetter("pid")
+_TID: Final = attrgetter("tid")
 #: An event's phase, pid and tid (``KeyError`` if one is missing).
 _PH_PID_TID: Final = itemgetter("ph", "pid", "tid")
 
@@ -171,7 +178,7 @@ class _Sink:
 
     def __init__(self, raw: IO[bytes], gzip_level: int | None) -> None:
         self.raw = raw
-        self.zip: Any = zlib.compressobj(gzip_level, zlib.DEFLATED, 31) if gzip_level is not None else None
+        self.zip: Any = _codec.deflater(gzip_level) if gzip_level is not None else None
         self.count = 0
         self.failed: BaseException | None = None
         self.queue: queue.Queue[bytes | None] = queue.Queue(maxsize=4)
@@ -458,7 +465,9 @@ def _merge_one(
     count = 0
     damaged = 0
     try:
-        with TraceStream(item.path, item.root) as stream:
+        # Without step markers to rewrite, slices are first read as heads only (phase, pid, tid): most
+        # batches need no change and are copied as read, their events never parsed.
+        with TraceStream(item.path, item.root, loads=heads_or_values if markers is None else None) as stream:
             for key, value in stream.batches():
                 if key != EVENTS:
                     meta[key] = value
@@ -466,6 +475,14 @@ def _merge_one(
                 if mapper.shift_us is None:
                     mapper.shift_us = _shift(item, meta, out_base_ns, result)
                 raw = stream.raw
+                if type(value) is Heads and raw is not None:
+                    body = mapper.copy_body(value, raw)
+                    if body is not None:
+                        sink.copy(body, len(value))
+                        count += len(value)
+                        progress(stream.consumed)
+                        continue
+                    value, raw = _values(raw)
                 if not (_FINITE_BATCHES and raw is not None):
                     finite = _finite(value)
                     if len(finite) != len(value):
@@ -583,6 +600,18 @@ def _marker_step(name: str) -> int | None:
 
 def _span_text(steps: Sequence[int]) -> str:
     return f"{steps[0]}-{steps[-1]}" if steps else "none"
+
+
+def _values(raw: bytes) -> tuple[list[Any], bytes | None]:
+    """Parse the events of a batch read as heads; return them, with ``raw`` when the parser vouches all are finite."""
+    text = b"[" + raw + b"]"
+    try:
+        return _loads_values(text), raw
+    except ValueError:  # a number beyond a double, bytes not UTF-8: the standard library reads them as the reader does
+        try:
+            return json.loads(text.decode("utf-8", "surrogateescape")), None
+        except (ValueError, RecursionError) as exc:
+            raise TraceFormatError(f"the data is damaged ({exc})") from None
 
 
 def _finite(events: list[Any]) -> list[Any]:
@@ -705,9 +734,42 @@ class _Mapper:
             triples = set(map(_PH_PID_TID, events))
         except (KeyError, TypeError):  # a key missing (the loop then rewrites), not a dict, or unhashable
             return False
-        phases = {t[0] for t in triples}
-        pids = {t[1] for t in triples}
-        tids = {t[2] for t in triples}
+        if not self._plain_sets({t[0] for t in triples}, {t[1] for t in triples}, {t[2] for t in triples}):
+            return False
+        if not self.untouched:
+            for event in events:
+                if event["ph"] in _ID_PHASES:
+                    self._flow_ids(event)
+        return True
+
+    def copy_body(self, heads: list[Any], raw: bytes) -> bytes | None:
+        """Return the JSON text to write for a batch read as heads (``raw``), or ``None`` when it needs parsing.
+
+        As :meth:`_plain`, on the heads: a batch that needs no change is copied as read; one whose
+        flow events alone change has only those parsed and written again.
+        """
+        if self.shift_us or not heads:
+            return None
+        if not self._plain_sets(set(map(_PHASE, heads)), set(map(_PID, heads)), set(map(_TID, heads))):
+            return None
+        if self.untouched:
+            return raw
+        texts = raws(b"[" + raw + b"]")
+        if texts is None:  # pragma: no cover - heads come from msgspec, which splits raws too
+            return None
+        for i, phase in enumerate(map(_PHASE, heads)):
+            if phase in _ID_PHASES:
+                event = _loads_values(bytes(texts[i]))
+                self._flow_ids(event)
+                texts[i] = _dumps(event)
+        return b",".join(texts)
+
+    def _plain_sets(self, phases: set[Any], pids: set[Any], tids: set[Any]) -> bool:
+        """Return whether events of these phases, pids and tids need no change but flow ids; register the tids.
+
+        Set :attr:`untouched` when no flow event is among them.
+        """
+        self.untouched = False
         if len(pids) != 1 or None in phases or "M" in phases:
             return False
         pid = next(iter(pids))
@@ -723,12 +785,7 @@ class _Mapper:
         for number in known:
             if number not in threads:
                 threads[number] = number
-        if _ID_PHASES.isdisjoint(phases):
-            self.untouched = True
-        else:
-            for event in events:
-                if event["ph"] in _ID_PHASES:
-                    self._flow_ids(event)
+        self.untouched = _ID_PHASES.isdisjoint(phases)
         return True
 
     def _flow_ids(self, event: dict[str, Any]) -> None:
