@@ -184,6 +184,10 @@ def render_summary(result: Summary, style: Style) -> str:
     if result.overhead:
         out.append("profiler start/stop, not in any role (slowest process): "
                    + ", ".join(f"step {s} {seconds(t)}" for s, t in result.overhead.items()))
+    whole = [c for c in result.captures if c.time_from == "capture" and c.roles]
+    if whole:
+        out.append(f"{len(whole)} capture(s) hold no range of their role (not written by profctx's torch backend): "
+                   "their role time is the capture's start to stop")
     trend_rows = []
     for role in result.roles:
         values = result.trend(role)

@@ -166,3 +166,13 @@ def test_an_older_profctx_step_range_is_a_step_not_a_role(tmp_path: Path) -> Non
     # With it, torch's own range is an operator in no role.
     assert figures.marked and figures.roles == {(3, "rollout"): [60, 1, 25]}
     assert figures.ops[(None, None, "gloo:all_reduce")] == [9, 9, 1]
+
+
+def test_the_summary_says_which_role_times_are_whole_captures(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    write_run(tmp_path, Spec(steps=(1,), ranks=2, listed=False))
+    assert main(["summary", str(tmp_path)]) == 0
+    assert "6 capture(s) hold no range of their role" in capsys.readouterr().out
+    write_run(tmp_path / "listed", Spec(steps=(1,), ranks=2))
+    assert main(["summary", str(tmp_path / "listed")]) == 0
+    assert "hold no range" not in capsys.readouterr().out
