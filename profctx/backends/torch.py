@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import gzip
 import json
 import os
 import shutil
@@ -12,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from .. import _codec
 from .._errors import ConfigError
 from .._files import create, sweep, working_folder
 from .._log import warn_once
@@ -216,7 +216,7 @@ def _write(prof: Any, spec: CaptureSpec, final: Path, level: int) -> Sequence[Pa
         packed = final.with_name(final.name + ".gz")
         with open(os.open("trace", os.O_RDONLY | os.O_NOFOLLOW, dir_fd=work_fd), "rb") as src, \
                 open(create("packed", dir_fd=work_fd), "wb") as out, \
-                gzip.GzipFile(filename="", mode="wb", compresslevel=level, fileobj=out) as dst:
+                _codec.gzip_writer(out, level) as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
         os.replace("packed", packed.name, src_dir_fd=work_fd, dst_dir_fd=folder_fd)
         return (packed,)
