@@ -83,6 +83,28 @@ def plant(ops: list[tuple[str, ...]]) -> None:
     assert os.waitstatus_to_exitcode(status) == 0, "planting failed"
 
 
+def attacker_reads(path: Path) -> bool:
+    """Whether the attacker's account can read ``path``."""
+    assert ATTACKER is not None
+    pid = os.fork()
+    if pid == 0:
+        code = 2
+        try:
+            os.setgroups([])
+            os.setgid(ATTACKER[1])
+            os.setuid(ATTACKER[0])
+            path.read_bytes()
+            code = 0
+        except PermissionError:
+            code = 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    assert code in (0, 1)
+    return code == 0
+
+
 @pytest.fixture
 def shared() -> Iterator[Path]:
     """A folder the attacker owns (world-writable), reachable by the attacker's account."""
@@ -285,6 +307,29 @@ def test_the_ray_probe_replaces_a_link_planted_at_its_name(shared: Path, victim:
     assert _probe(Runtime()) == probe
     assert victim.read_bytes() == VICTIM
     assert probe.is_file() and not probe.is_symlink() and b"shares the driver's save_path" in probe.read_bytes()
+
+
+@pytest.mark.skipif(ATTACKER is None, reason="needs root and a second account to try reading")
+def test_private_keeps_traces_from_other_accounts(shared: Path) -> None:
+    save = shared / "mine"
+    profctx.configure(steps=[1], save_path=save)
+    loop(range(1, 2))
+    assert profctx.flush(30)
+    (record,) = read(save)
+    trace = save / record["files"][0]["path"]
+    assert attacker_reads(trace)  # the umask's modes: readable by every account
+    profctx.configure(steps=[2], save_path=save, private=True)
+    assert save.stat().st_mode & 0o777 == 0o700
+    loop(range(2, 3))
+    assert profctx.flush(30)
+    assert not attacker_reads(trace)
+    assert all(r["status"] == "ok" for r in read(save))
+    theirs = shared / "theirs"
+    plant([("mkdir", str(theirs))])
+    with pytest.raises(profctx.ConfigError, match="private"):
+        profctx.configure(steps=[1], save_path=theirs, private=True)
+    with pytest.raises(profctx.ConfigError, match="private"):
+        profctx.configure(steps=[1], save_path=save, private="yes please")
 
 
 # -- leftovers --------------------------------------------------------------------------------------
