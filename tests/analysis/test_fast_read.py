@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from profctx import _codec, _tracedecode
-from profctx.analysis import read_figures
+from profctx.analysis import read_figures, summarize
 
-from .synth import trace
+from .synth import Spec, trace, write_run
 
 
 def _doc(events: int = 3000) -> dict[str, Any]:
@@ -60,3 +62,16 @@ def test_a_damaged_gzip_trace_reads_up_to_the_damage(tmp_path: Path) -> None:
     got = read_figures(path)
     assert got.problem and "gzip" in got.problem
     assert got.events > 500  # what came before the damage
+
+
+def test_without_msgspec_and_isal_installed_the_summary_is_the_same(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run", Spec(ranks=2, steps=(1,), events=200))
+    code = ("import sys; sys.modules['isal'] = None; sys.modules['msgspec'] = None\n"
+            "from profctx import _codec, _tracedecode\n"
+            "assert _codec.name() == 'zlib' and not _tracedecode.typed()\n"
+            "from profctx.cli import main\n"
+            f"sys.exit(main(['summary', {str(run)!r}, '--json', '--no-progress']))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    bare = json.loads(done.stdout)
+    assert bare["phases"] and bare == summarize(run).to_json()
