@@ -12,6 +12,7 @@ from types import MappingProxyType
 from typing import Any, Final, Literal, final
 
 from ._errors import ConfigError, one_of
+from ._files import temporary_name
 from ._window import MAX_STEPS, StepWindow, range_exceeds
 
 MODES: Final = ("step", "role")
@@ -134,6 +135,7 @@ class ProfilerConfig:
     on_error: Literal["log", "raise"] = "log"
     exit_hooks: bool = True
     warmup: bool = True
+    private: bool = False
     run_id: str | None = None
     engines: EngineConfig = field(default_factory=EngineConfig)
     tool_options: Mapping[str, Any] = field(default_factory=dict)
@@ -172,6 +174,7 @@ class ProfilerConfig:
             raise ConfigError("on_error", self.on_error, one_of(ON_ERROR))
         _set(self, "exit_hooks", _flag("exit_hooks", self.exit_hooks))
         _set(self, "warmup", _flag("warmup", self.warmup))
+        _set(self, "private", _flag("private", self.private))
         if self.run_id is not None and (not isinstance(self.run_id, str) or not _safe_name(self.run_id)):
             raise ConfigError("run_id", self.run_id, "letters, digits, '.', '_' or '-' (1-64 characters)")
         if isinstance(self.engines, Mapping):
@@ -333,7 +336,7 @@ def _load(
         data["run_id"] = run_id
     config = ProfilerConfig.from_mapping(data)
     if probe and config.active:
-        probe_save_path(config.save_path)
+        probe_save_path(config.save_path, private=config.private)
     return config
 
 
@@ -390,16 +393,20 @@ def check_save_path(name: str, value: object) -> None:
             raise ConfigError(name, value, f"a folder for files; {pseudo} is a kernel file system")
 
 
-def probe_save_path(save_path: str) -> None:
+def probe_save_path(save_path: str, *, private: bool = False) -> None:
     """Create ``save_path`` (with parents), write a small file into it and remove it.
 
     Permission bits say nothing when running as root, so the only honest check is a real
     write. Raise :class:`ConfigError` naming the path and the OS's reason when any step fails;
-    the folder is left in place when it could be created.
+    the folder is left in place when it could be created. ``private``: the folder is made
+    ``0o700`` (so nothing below it can be read by other accounts); one that belongs to another
+    account raises :class:`ConfigError` naming ``private``.
     """
     check_save_path("save_path", save_path)
     folder = Path(save_path).expanduser()
-    probe = folder / f".profctx-probe-{os.getpid()}-{os.urandom(4).hex()}"
+    probe = folder / temporary_name()  # a leftover (a kill right here) is swept like any temporary
+    if private:
+        _make_private(folder, save_path)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with probe.open("xb") as handle:
@@ -411,6 +418,21 @@ def probe_save_path(save_path: str) -> None:
     finally:
         with contextlib.suppress(OSError):  # the write failed before the file existed, or the folder is gone
             probe.unlink(missing_ok=True)
+
+
+def _make_private(folder: Path, save_path: str) -> None:
+    """Create ``folder`` ``0o700``, or narrow an existing one of this account to ``0o700``."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        info = folder.stat()
+        if info.st_uid != os.geteuid():
+            raise ConfigError("private", True, f"a save_path of this account; {save_path} belongs to uid "
+                                               f"{info.st_uid}, so other accounts' access cannot be taken away")
+        if info.st_mode & 0o077:
+            folder.chmod(0o700)
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ConfigError("save_path", save_path, f"a folder profctx can create and write into ({reason})") from None
 
 
 def read_yaml(path: str | os.PathLike[str]) -> dict[Any, Any]:
