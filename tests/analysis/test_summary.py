@@ -176,3 +176,17 @@ def test_the_summary_says_which_role_times_are_whole_captures(tmp_path: Path,
     write_run(tmp_path / "listed", Spec(steps=(1,), ranks=2))
     assert main(["summary", str(tmp_path / "listed")]) == 0
     assert "hold no range" not in capsys.readouterr().out
+
+
+def test_a_role_inside_a_role_is_an_operator_of_the_outer_one(tmp_path: Path) -> None:
+    trace = tmp_path / "nested.pt.trace.json"
+    trace.write_text(json.dumps({"profctxRanges": {"version": 1, "roles": ["train", "actor_update"],
+                                                   "steps": ["ProfilerStep#4"]}, "traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#4", "pid": 1, "tid": 1, "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "user_annotation", "name": "train", "pid": 1, "tid": 1, "ts": 5, "dur": 90},
+        {"ph": "X", "cat": "user_annotation", "name": "actor_update", "pid": 1, "tid": 1, "ts": 10, "dur": 50},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 20, "dur": 30}]}))
+    figures = read_figures(trace)
+    # The nested role covers 50 of train's 90 us: train spent 40 us in no operator.
+    assert figures.roles == {(4, "train"): [90, 1, 50]}
+    assert figures.ops == {(4, "train", "actor_update"): [20, 50, 1], (4, "train", "aten::mm"): [30, 30, 1]}
