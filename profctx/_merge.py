@@ -558,7 +558,7 @@ class _StepMarkers:
             if type(event) is not dict:
                 kept.append(event)
                 continue
-            args = event.get("args")
+            args = event.get("args") if high else None  # the first capture's ids stay as they are
             if type(args) is dict:
                 for key in _LINK_ARGS:
                     value = args.get(key)
