@@ -43,7 +43,7 @@ NOT_RUNNABLE: dict[tuple[str, str], str] = {
     ("README.md", "for step in range(1, total + 1)"):
         "an outline: total, rollout, prompts and actor stand for the reader's training loop",
     ("docs/cli.md", "from hta.trace_analysis import TraceAnalysis"):
-        "HTA is the optional test group 'hta' (tests/cli/test_hta.py runs this when installed)",
+        "HTA is the optional test group 'hta' (tests/cli/test_hta_layout.py runs this when installed)",
     ("docs/distributed.md", "class Trainer:"):
         "starts Ray actors and uses the reader's batch; tests/ray runs the same pattern",
     ("docs/distributed.md", "ranks={\"actor\": [0, 1], \"rollout\": \"all\"}"):
