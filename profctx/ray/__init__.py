@@ -298,9 +298,9 @@ def collect(runtime: Any, members: Sequence[Member]) -> int:
                     done = 0
                 target.parent.mkdir(parents=True, exist_ok=True)
                 fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o666)
-                if not is_regular(fd):
+                if not is_regular(fd) or os.fstat(fd).st_nlink != 1:  # a hard link: another file's bytes
                     os.close(fd)
-                    raise ValueError(f"{relative!r} is not a regular file under the save_path")
+                    raise ValueError(f"{relative!r} is not a regular file of its own under the save_path")
                 with open(fd, "wb") as out:  # a descriptor: nothing truncated
                     out.seek(done)
                     while done < size:
