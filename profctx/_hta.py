@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from ._layout import safe
 from ._merge import MergeInput, MergeResult, clock_base, merge, plan
 from .manifest import CaptureRecord, drivers
 
@@ -126,8 +127,9 @@ def lay_out(
         folder = folders.get(group)
         if folder is None:
             sizes = [r.world_size for r in kept if r.group == group and r.world_size]
-            folder = LayoutFolder(output / group if grouped and group else output, group,
-                                  max(sizes) if sizes else None)
+            where = output / _folder_name(group, {f.path.name for f in folders.values()}) if grouped and group \
+                else output
+            folder = LayoutFolder(where, group, max(sizes) if sizes else None)
             folders[group] = folder
             layout.folders.append(folder)
         processes = {i.record.process for i in items}
@@ -162,6 +164,16 @@ def _left_out(record: CaptureRecord, grouped: bool, leads: bool) -> str | None:
     if record.rank is None:
         return "the capture records no rank"
     return None
+
+
+def _folder_name(group: str, taken: Collection[str]) -> str:
+    """Return a folder name for ``group`` (read from a manifest: never a path) that no other group has."""
+    name = safe(group)
+    suffix = 1
+    while name in taken:
+        suffix += 1
+        name = f"{safe(group)}-{suffix}"
+    return name
 
 
 def _where(group: str | None) -> str:

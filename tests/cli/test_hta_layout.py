@@ -167,6 +167,21 @@ def test_traces_that_name_no_step_get_a_marker_per_step(run_dir: Path, tmp_path:
         assert ops == _input_ops(copy, None, rank) and -1 not in {s for s, _ in ops}
 
 
+def test_a_group_name_from_the_manifest_never_leaves_the_layout(job: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "run"
+    shutil.copytree(job, copy)
+    for shard in (copy / ".profctx").glob("*.jsonl"):  # a manifest is read, never trusted
+        shard.write_text(shard.read_text(encoding="utf-8").replace('"group": "rollout"', '"group": "../../x"')
+                         .replace('"group":"rollout"', '"group":"../../x"'), encoding="utf-8")
+    for index in (copy / ".profctx").glob("*.index"):
+        index.unlink()
+    out = tmp_path / "deep" / "hta"
+    assert main(["merge", str(copy), "--hta", "-o", str(out)]) == 0
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("rank*.pt.trace.json.gz")
+                  if "run" not in p.parts) == [f"deep/hta/{g}/rank{r}.pt.trace.json.gz" for g in ("actor", "x")
+                                               for r in (0, 1)]
+
+
 def test_a_layout_needs_a_folder_of_its_own_and_one_run(run_dir: Path, job: Path, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     taken = tmp_path / "taken"
