@@ -7,6 +7,7 @@ from ._decorate import profiled
 from ._errors import ConfigError, ProfilingError
 from ._propagate import adopt, bind, extract, inject
 from ._scope import Scope, current
+from ._steps import Steps
 from ._window import StepWindow
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "Scope",
     "ScopedThreadPoolExecutor",
     "StepWindow",
+    "Steps",
     "adopt",
     "attach",
     "bind",

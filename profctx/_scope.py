@@ -174,14 +174,17 @@ def current() -> Scope:
 
 
 def ambient(scope: Scope) -> Scope:
-    """Return ``scope`` (the task's own), under the process's held step when it has no step of its own."""
+    """Return ``scope`` (the task's own), under the process's held step when it has no step of its own.
+
+    A held step's roles (``profctx.Steps.begin_role``) come first in the role path.
+    """
     held = OWNER.held
     if held is None or scope.step is not None:
         return scope
     base: Scope = held.scope
     new = Unfrozen()
     new.step = base.step
-    new.roles = scope.roles
+    new.roles = base.roles + scope.roles if base.roles else scope.roles
     new._tags = merge_tags(base._tags, dict(scope._tags))
     new.__class__ = Scope  # type: ignore[assignment]
     return new  # type: ignore[return-value]
