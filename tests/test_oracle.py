@@ -166,7 +166,8 @@ def test_the_oracle_keeps_a_contiguous_capture_open_across_a_retry() -> None:
     steps = [3, 4, 4, 5, 3]
     expected = expected_captures(config, steps, blocks)
     assert planned(expected) == [
-        ("step", (3, 4, 5), None, "ok", ["train"] * 4, ["ProfilerStep#3", "ProfilerStep#4", "ProfilerStep#4", "ProfilerStep#5"]),
+        ("step", (3, 4, 5), None, "ok", ["train"] * 4,
+         ["ProfilerStep#3", "ProfilerStep#4", "ProfilerStep#4", "ProfilerStep#5"]),
         ("step", (3, 4, 5), None, "ok", ["train"], ["ProfilerStep#3"]),
     ]
     assert seen(run_real(config, steps, blocks)) == planned(expected)
