@@ -17,15 +17,18 @@ interned name: about 30 bytes an event against the 250 or so of its JSON, whatev
 from __future__ import annotations
 
 import gc
+import math
 import re
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from itertools import compress, islice, repeat
+from operator import add, attrgetter, eq, gt
 from pathlib import Path
 from typing import Any, Final
 
 from .._plan import RANGES_KEY
-from .._tracedecode import as_event, events
+from .._tracedecode import Event, as_event, events
 from .._tracejson import EVENTS, TraceFormatError, TraceStream
 
 #: Categories of device activity (CUDA kernels and copies; torch_npu uses the same names in its JSON).
@@ -34,6 +37,10 @@ DEVICE_CATS: Final = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "Kernel", 
 RANGE_CATS: Final = frozenset({"user_annotation"})
 #: Categories that are neither: torch's whole-capture span, device-side copies of user ranges.
 IGNORED_CATS: Final = frozenset({"Trace", "gpu_user_annotation"})
+#: Categories an event of the batch path may not have: those the loop over each event handles apart.
+_OPERATOR_ONLY: Final = DEVICE_CATS | RANGE_CATS | IGNORED_CATS
+_PH, _CAT, _NAME, _TS, _DUR = (attrgetter(f) for f in ("ph", "cat", "name", "ts", "dur"))
+_WHERE: Final = attrgetter("pid", "tid")
 #: Names of step markers: torch's (``ProfilerStep#N``, drawn by profctx too) and older profctx's ``step N``.
 STEP_MARKER: Final = re.compile(r"(?:ProfilerStep#|step )(-?[0-9]+)")
 
@@ -111,9 +118,15 @@ def _read(path: str | Path, root: str | Path | None) -> TraceFigures:
                     continue
                 if stream.raw is None:  # values decoded one at a time are plain JSON values
                     batch = [e for e in map(as_event, batch) if e is not None]
+                # The complete events, picked in C (most of a trace is other phases only in metadata).
+                batch = list(compress(batch, map(eq, map(_PH, batch), repeat("X"))))
+                taken = _operators(batch, names, threads)
+                if taken is not None:
+                    figures.events += len(batch)
+                    lo = min(lo, taken[0])
+                    hi = max(hi, taken[1])
+                    continue
                 for event in batch:
-                    if event.ph != "X":
-                        continue
                     ts = event.ts
                     dur = event.dur
                     if ts is None or dur is None:
@@ -171,6 +184,38 @@ def _read(path: str | Path, root: str | Path | None) -> TraceFigures:
     return figures
 
 
+def _operators(batch: list[Event], names: dict[str, int], threads: dict[tuple[Any, Any], _Thread]
+               ) -> tuple[float, float] | None:
+    """Add a batch of complete events that are all operators of one thread, with times and names, to its
+    thread; return the batch's first start and last end. Return ``None`` (nothing added) for any other batch.
+
+    The common batch of a trace, taken in a few passes in C rather than the loop over each event.
+    """
+    if not batch:
+        return None
+    where = set(map(_WHERE, batch))
+    if len(where) != 1 or not _OPERATOR_ONLY.isdisjoint(set(map(_CAT, batch))):
+        return None
+    starts = list(map(_TS, batch))
+    durations = list(map(_DUR, batch))
+    labels = list(map(_NAME, batch))
+    if None in starts or None in durations or None in labels:
+        return None
+    if not (math.isfinite(math.fsum(starts)) and math.isfinite(math.fsum(durations))):
+        return None  # a time that is not a number: the loop over each event takes it as it always has
+    key = where.pop()
+    thread = threads.get(key)
+    if thread is None:
+        thread = threads[key] = _Thread()
+    for name in set(labels).difference(names):
+        names[name] = len(names)
+    thread.ts.extend(starts)
+    thread.dur.extend(durations)
+    thread.name.extend(map(names.__getitem__, labels))
+    thread.kind.extend(bytes(len(batch)))
+    return min(starts), max(map(add, starts, durations))
+
+
 def _classify(name: str, drawn: set[str] | None) -> int:
     if STEP_MARKER.fullmatch(name):
         return _MARK
@@ -191,7 +236,7 @@ def _nest(thread: _Thread, names: list[str], kinds: bytearray, marks: list[tuple
     ts, dur, name, kind = thread.ts, thread.dur, thread.name, thread.kind
     n = len(ts)
     order: Iterable[int] = range(n)
-    if any(ts[i] > ts[i + 1] for i in range(n - 1)):
+    if any(map(gt, ts, islice(ts, 1, None))):  # out of time order (pairwise, in C)
         order = sorted(range(n), key=lambda i: (ts[i], -dur[i]))
     ops = figures.ops
     roles = figures.roles
