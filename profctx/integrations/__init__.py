@@ -1,0 +1,7 @@
+"""Integrations with training frameworks, each through the hooks its framework publishes.
+
+- :mod:`profctx.integrations.transformers`: a ``TrainerCallback`` for the Hugging Face ``Trainer``
+  and the TRL trainers built on it (needs ``transformers``).
+
+Each module imports its framework; ``import profctx`` imports none of them.
+"""

@@ -1,0 +1,134 @@
+"""Hugging Face ``Trainer`` (and TRL's trainers): steps and phases from ``TrainerCallback`` events.
+
+``ProfctxCallback`` marks each training step with the number the user sees (the ``Trainer``
+counts a step when it ends: during step ``state.global_step + 1``), each micro-batch's
+``training_step`` (forward and backward; in TRL's online trainers, generation and scoring too)
+and the ``optimizer_step``, as roles, through :class:`profctx.Steps`. Only the events the
+``Trainer`` publishes are used; TRL 1.16's phase timers (``trl.extras.profiling``) expose no hook,
+so its phases are not roles here (see docs/integrations/transformers.md).
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any
+
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from .._errors import ConfigError
+from .._log import warn_once
+from .._owner import OWNER
+from .._steps import Steps
+
+__all__ = ["ProfctxCallback"]
+
+
+def _role(field: str, value: object) -> str | None:
+    if value is None or (isinstance(value, str) and value.strip("/")):
+        return value
+    raise ConfigError(field, value, "a role name such as 'optimizer_step', or None to leave the phase unmarked")
+
+
+class ProfctxCallback(TrainerCallback):  # type: ignore[misc]
+    """Mark the ``Trainer``'s steps and phases for profctx: ``Trainer(..., callbacks=[ProfctxCallback()])``.
+
+    - step ``state.global_step + 1`` from ``on_step_begin`` to ``on_step_end`` (so the steps of
+      ``configure(steps=...)`` are the ones the ``Trainer`` logs);
+    - role ``micro_batch_role`` (default ``"training_step"``) around each micro-batch's
+      ``Trainer.training_step``, once per micro-batch under gradient accumulation;
+    - role ``optimizer_role`` (default ``"optimizer_step"``) around ``optimizer.step()``.
+
+    ``None`` leaves a phase unmarked. Loading the step's batches happens before
+    ``on_step_begin``, gradient clipping after the last micro-batch: both are in the step's
+    capture (step mode) but in neither role.
+
+    A run that raises: the ``Trainer`` fires no event on an exception, so the step it was in
+    stays open until the next ``train()`` (``on_train_begin`` closes it) or until the callback
+    is closed. Use it as a context manager around ``train()`` for the full guarantee: on exit
+    every capture it opened is ended and written, and no block sees the dead step::
+
+        with callback:
+            trainer.train()
+
+    Profiling errors are logged once and never raised into training (``on_error="raise"``
+    raises them, for tests).
+    """
+
+    def __init__(self, *, micro_batch_role: str | None = "training_step",
+                 optimizer_role: str | None = "optimizer_step") -> None:
+        self.micro_batch_role = _role("micro_batch_role", micro_batch_role)
+        self.optimizer_role = _role("optimizer_role", optimizer_role)
+        #: The begin/end pairs this callback drives.
+        self.steps = Steps()
+
+    # -- the Trainer's events ------------------------------------------------------------------
+
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                       **kwargs: Any) -> None:
+        self._safely(self.steps.close)  # a step a previous train() left open when it raised
+
+    def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                      **kwargs: Any) -> None:
+        def begin() -> None:
+            self.steps.begin(state.global_step + 1)
+            if self.micro_batch_role is not None:
+                self.steps.begin_role(self.micro_batch_role)
+
+        self._safely(begin)
+
+    def on_substep_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                       **kwargs: Any) -> None:
+        role = self.micro_batch_role
+        if role is not None:
+            def next_micro_batch() -> None:
+                self.steps.end_role(role)
+                self.steps.begin_role(role)
+
+            self._safely(next_micro_batch)
+
+    def on_pre_optimizer_step(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                              **kwargs: Any) -> None:
+        def begin() -> None:
+            if self.micro_batch_role is not None:
+                self.steps.end_role(self.micro_batch_role)
+            if self.optimizer_role is not None:
+                self.steps.begin_role(self.optimizer_role)
+
+        self._safely(begin)
+
+    def on_optimizer_step(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                          **kwargs: Any) -> None:
+        role = self.optimizer_role
+        if role is not None:
+            self._safely(lambda: self.steps.end_role(role))
+
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                    **kwargs: Any) -> None:
+        self._safely(self.steps.end)
+
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                     **kwargs: Any) -> None:
+        self._safely(self.steps.close)
+
+    # -- the guarantee around train() ----------------------------------------------------------
+
+    def close(self) -> None:
+        """End the step and roles left open, if any (idempotent)."""
+        self.steps.close()
+
+    def __enter__(self) -> ProfctxCallback:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.steps.__exit__(exc_type, exc, tb)
+
+    @staticmethod
+    def _safely(action: Any) -> None:
+        try:
+            action()
+        except Exception as exc:
+            config = OWNER.config
+            if config is not None and config.on_error == "raise":
+                raise
+            warn_once(f"hf-callback:{type(exc).__name__}", "profctx: the Trainer callback failed: %s", exc)

@@ -1,0 +1,179 @@
+"""The Hugging Face ``Trainer`` and TRL's ``GRPOTrainer``, real, on CPU, with ``ProfctxCallback``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+import profctx  # noqa: E402
+from profctx.testing import Captured, capture  # noqa: E402
+
+from . import hf_models  # noqa: E402
+
+ProfctxCallback = pytest.importorskip("profctx.integrations.transformers").ProfctxCallback
+
+
+def _trainer(tmp_path: Path, callbacks: list[Any]) -> Any:
+    from transformers import Trainer, TrainingArguments
+
+    tok = hf_models.tokenizer()
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2,
+                             gradient_accumulation_steps=2, max_steps=4, learning_rate=1e-2, report_to=[],
+                             use_cpu=True, save_strategy="no", logging_steps=1, seed=0, disable_tqdm=True)
+    return Trainer(model=hf_models.model(len(tok)), args=args, train_dataset=hf_models.lm_rows(16),
+                   callbacks=callbacks)
+
+
+def _losses(trainer: Any) -> list[float]:
+    return [h["loss"] for h in trainer.state.log_history if "loss" in h]
+
+
+def _params(trainer: Any) -> list[Any]:
+    return [p.detach().clone() for p in trainer.model.parameters()]
+
+
+def test_trainer_with_gradient_accumulation_step_mode(tmp_path: Path) -> None:
+    bare = _trainer(tmp_path, [])
+    bare.train()
+    callback = ProfctxCallback()
+    with capture(steps="2:4", mode="step") as caps:
+        profiled = _trainer(tmp_path, [callback])
+        with callback:
+            profiled.train()
+    assert [(c.steps, c.status, c.markers, c.ranges) for c in caps] == [
+        ((step,), "ok", [f"ProfilerStep#{step}"], ["training_step", "training_step", "optimizer_step"])
+        for step in (2, 3)]
+    assert _losses(profiled) == _losses(bare) and len(_losses(bare)) == 4
+    assert all(torch.equal(a, b) for a, b in zip(_params(profiled), _params(bare), strict=True))
+    assert profctx.current() == profctx.Scope()
+
+
+def test_trainer_role_mode_one_capture_per_micro_batch_and_optimizer_step(tmp_path: Path) -> None:
+    with capture(steps=[3], mode="role") as caps:
+        _trainer(tmp_path, [ProfctxCallback()]).train()
+    assert [(c.steps, c.role) for c in caps] == [
+        ((3,), "training_step"), ((3,), "training_step"), ((3,), "optimizer_step")]
+
+
+def test_the_step_is_the_one_the_trainer_logs(tmp_path: Path) -> None:
+    from transformers import TrainerCallback
+
+    seen: list[tuple[int | None, tuple[str, ...], int]] = []
+
+    class Probe(TrainerCallback):  # type: ignore[misc]
+        def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:  # after ours
+            scope = profctx.current()
+            seen.append((scope.step, scope.roles, state.global_step + 1))
+
+    _trainer(tmp_path, [ProfctxCallback(), Probe()]).train()
+    assert seen == [(s, ("optimizer_step",), s) for s in (1, 2, 3, 4)]
+    assert profctx.current() == profctx.Scope()
+
+
+def test_bad_role_names_are_refused() -> None:
+    with pytest.raises(profctx.ConfigError, match="optimizer_role"):
+        ProfctxCallback(optimizer_role="")
+    with pytest.raises(profctx.ConfigError, match="micro_batch_role"):
+        ProfctxCallback(micro_batch_role=3)  # type: ignore[arg-type]
+
+
+# -- TRL -----------------------------------------------------------------------------------------
+
+
+def _grpo(tmp_path: Path, callbacks: list[Any], reward: Callable[..., list[float]], steps: int = 6) -> Any:
+    pytest.importorskip("trl")
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    tok = hf_models.tokenizer()
+    data = Dataset.from_dict({"prompt": ["the cat sat on", "a dog ran", "the big red sun", "a blue mat"] * 4})
+    args = GRPOConfig(output_dir=str(tmp_path / "grpo"), per_device_train_batch_size=4, num_generations=2,
+                      max_completion_length=6, max_steps=steps, learning_rate=1e-2, report_to=[], use_cpu=True,
+                      logging_steps=1, save_strategy="no", seed=0, disable_tqdm=True)
+    return GRPOTrainer(model=hf_models.model(len(tok)), reward_funcs=reward, args=args, train_dataset=data,
+                       processing_class=tok, callbacks=callbacks)
+
+
+@profctx.profiled
+def toy_reward(completions: list[str], **kwargs: Any) -> list[float]:
+    """Longer completions score higher (TRL names this phase after the function: ``toy_reward``)."""
+    return [float(len(c)) for c in completions]
+
+
+def _grpo_logs(trainer: Any) -> list[tuple[Any, ...]]:
+    return [(h["loss"], h["grad_norm"], h["reward"]) for h in trainer.state.log_history if "loss" in h]
+
+
+def test_grpo_step_mode_and_role_mode_match_an_unprofiled_run(tmp_path: Path) -> None:
+    bare = _grpo(tmp_path, [], toy_reward)
+    bare.train()
+    with capture(steps="2:5", mode="step") as step_caps:
+        stepped = _grpo(tmp_path, [ProfctxCallback()], toy_reward)
+        stepped.train()
+    with capture(steps="2:5", mode="role") as role_caps:
+        roles = _grpo(tmp_path, [ProfctxCallback()], toy_reward)
+        roles.train()
+
+    assert [(c.steps, c.status) for c in step_caps] == [((s,), "ok") for s in (2, 3, 4)]
+    for c in step_caps:
+        assert c.ranges == ["training_step", "toy_reward", "optimizer_step"]
+    assert sorted((c.steps, c.role) for c in role_caps) == sorted(
+        ((s,), role) for s in (2, 3, 4) for role in ("training_step", "optimizer_step"))
+    for c in role_caps:
+        assert c.ranges == (["toy_reward"] if c.role == "training_step" else [])
+    assert len(_grpo_logs(bare)) == 6
+    assert _grpo_logs(stepped) == _grpo_logs(bare) == _grpo_logs(roles)
+    assert all(torch.equal(a, b) for a, b in zip(_params(stepped), _params(bare), strict=True))
+
+
+def test_grpo_the_reward_phase_alone_in_role_mode(tmp_path: Path) -> None:
+    with capture(steps=[2, 4], mode="role", roles=["toy_reward"]) as caps:
+        _grpo(tmp_path, [ProfctxCallback()], toy_reward, steps=4).train()
+    assert [(c.steps, c.role) for c in caps] == [((2,), "training_step/toy_reward"), ((4,), "training_step/toy_reward")]
+
+
+def test_grpo_a_run_that_raises_mid_step_leaves_nothing_open(tmp_path: Path) -> None:
+    calls = []
+
+    def failing_reward(completions: list[str], **kwargs: Any) -> list[float]:
+        calls.append(profctx.current().step)
+        if len(calls) == 2:
+            raise RuntimeError("reward server down")
+        return [0.0] * len(completions)
+
+    @profctx.profiled(role="later")
+    def later() -> int | None:
+        return profctx.current().step
+
+    callback = ProfctxCallback()
+    with capture(steps="1:4", mode="step") as caps:
+        trainer = _grpo(tmp_path, [callback], failing_reward, steps=4)
+        with pytest.raises(RuntimeError, match="reward server down"), callback:
+            trainer.train()
+        assert profctx.current() == profctx.Scope()
+        assert later() is None
+    assert calls == [1, 2]
+    assert [(c.steps, c.status) for c in caps] == [((1,), "ok"), ((2,), "ok")]
+
+
+def test_grpo_without_the_with_the_next_train_closes_the_dead_step(tmp_path: Path) -> None:
+    def failing_reward(completions: list[str], **kwargs: Any) -> list[float]:
+        raise RuntimeError("boom")
+
+    callback = ProfctxCallback()
+    trainer = _grpo(tmp_path, [callback], failing_reward, steps=2)
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.train()
+    assert profctx.current().step == 1  # the stated limit: no Trainer event on an exception
+    callback.on_train_begin(trainer.args, trainer.state, trainer.control)
+    assert profctx.current() == profctx.Scope()
+
+
+def _names(caps: list[Captured]) -> list[str | None]:
+    return [c.role for c in caps]
