@@ -93,15 +93,22 @@ def make_folders(root: Path, relative: str | os.PathLike[str] = "") -> Path:
     ``NotADirectoryError``. A folder that exists and belongs to another account is used (every
     file in it is created exclusively and renamed into place) and warned about once.
     """
-    root.mkdir(parents=True, exist_ok=True, mode=FOLDER_MODE)
-    fd = os.open(root, FOLDER & ~os.O_NOFOLLOW)
+    try:  # most calls find every folder there: open first, create only what is missing
+        fd = os.open(root, FOLDER & ~os.O_NOFOLLOW)
+    except FileNotFoundError:
+        root.mkdir(parents=True, exist_ok=True, mode=FOLDER_MODE)
+        fd = os.open(root, FOLDER & ~os.O_NOFOLLOW)
     path = root
     try:
         for part in Path(relative).parts:
             path = path / part
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(part, FOLDER_MODE, dir_fd=fd)
-            inner = open_folder(part, dir_fd=fd, shown=str(path))
+            try:
+                inner = os.open(part, FOLDER, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno == errno.ENOENT:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(part, FOLDER_MODE, dir_fd=fd)
+                inner = open_folder(part, dir_fd=fd, shown=str(path))
             os.close(fd)
             fd = inner
             owner = os.fstat(fd).st_uid
