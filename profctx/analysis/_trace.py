@@ -233,7 +233,10 @@ def _step_at(marks: list[tuple[float, float, int]], ts: float) -> int | None:
 
 def _nest(thread: _Thread, names: list[str], kinds: bytearray, marks: list[tuple[float, float, int]],
           figures: TraceFigures) -> None:
-    ts, dur, name, kind = thread.ts, thread.dur, thread.name, thread.kind
+    # Plain lists, made in C: indexing an array makes a new float at each read.
+    ts, dur = thread.ts.tolist(), thread.dur.tolist()
+    name, kind = thread.name, thread.kind
+    labels = list(map(names.__getitem__, name))
     n = len(ts)
     order: Iterable[int] = range(n)
     if any(map(gt, ts, islice(ts, 1, None))):  # out of time order (pairwise, in C)
@@ -249,51 +252,70 @@ def _nest(thread: _Thread, names: list[str], kinds: bytearray, marks: list[tuple
             return
         i = entry[1]
         role = entry[3]
-        key = (entry[4], None if role is None else role[1], names[name[i]])
+        key = (entry[4], None if role is None else role[1], labels[i])
         slot = ops.get(key)
+        length = dur[i]
         if slot is None:
-            ops[key] = [dur[i] - entry[2], dur[i], 1]
+            ops[key] = [length - entry[2], length, 1]
         else:
-            slot[0] += dur[i] - entry[2]
-            slot[1] += dur[i]
+            slot[0] += length - entry[2]
+            slot[1] += length
             slot[2] += 1
 
     for i in order:
         start = ts[i]
+        length = dur[i]
         # 1 ns of slack: torch rounds times to ns, so a sibling may seem to start inside the previous one.
-        while stack and stack[-1][0] <= start + 1e-3:
-            close(stack.pop())
+        limit = start + 1e-3
+        while stack and stack[-1][0] <= limit:
+            entry = stack.pop()
+            if entry[6]:  # close(entry), written out: it runs once for every operator
+                j = entry[1]
+                role = entry[3]
+                key = (entry[4], None if role is None else role[1], labels[j])
+                slot = ops.get(key)
+                if slot is None:
+                    ops[key] = [dur[j] - entry[2], dur[j], 1]
+                else:
+                    slot[0] += dur[j] - entry[2]
+                    slot[1] += dur[j]
+                    slot[2] += 1
         if stack:
             parent = stack[-1]
-            parent[2] += dur[i]
+            parent[2] += length
             role, step, covered = parent[3], parent[4], parent[5]
         else:
             role = step = None
             covered = False
-        what = kinds[name[i]] if kind[i] else _OP
+        if not kind[i]:  # an operator: most events
+            if role is not None and not covered:
+                roles[role][2] += length
+            stack.append([start + length, i, 0.0, role, step, True, True])
+            continue
+        what = kinds[name[i]]
         if what == _ROLE:
             if role is None:
                 if step is None:
                     step = _step_at(marks, start)
-                role = (step, names[name[i]])
+                role = (step, labels[i])
                 slot = roles.get(role)
                 if slot is None:
-                    roles[role] = [dur[i], 1, 0.0]
+                    roles[role] = [length, 1, 0.0]
                 else:
-                    slot[0] += dur[i]
+                    slot[0] += length
                     slot[1] += 1
-                stack.append([start + dur[i], i, 0.0, role, step, False, False])
+                stack.append([start + length, i, 0.0, role, step, False, False])
                 continue
             # A role range inside a role: an operator of the outer role in a listed trace, else left out.
             what = _OP if figures.marked else _RANGE
         if what == _MARK:
-            match = STEP_MARKER.fullmatch(names[name[i]])
-            stack.append([start + dur[i], i, 0.0, role, int(match[1]) if match else step, covered, False])
+            match = STEP_MARKER.fullmatch(labels[i])
+            stack.append([start + length, i, 0.0, role, int(match[1]) if match else step, covered, False])
         elif what == _OP:
             if role is not None and not covered:
-                roles[role][2] += dur[i]
-            stack.append([start + dur[i], i, 0.0, role, step, True, True])
+                roles[role][2] += length
+            stack.append([start + length, i, 0.0, role, step, True, True])
         else:
-            stack.append([start + dur[i], i, 0.0, role, step, covered, False])
+            stack.append([start + length, i, 0.0, role, step, covered, False])
     while stack:
         close(stack.pop())
