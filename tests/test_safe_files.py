@@ -251,7 +251,9 @@ def test_report_replaces_links_planted_at_its_names(shared: Path, victim: Path, 
     if ATTACKER is not None:
         os.chown(run, *ATTACKER)
     plant([("link", str(victim), str(run / ".report.html.tmp")), ("link", str(victim), str(run / "report.html"))])
+    killed = _temporary(run, dead_pid())  # what a report killed while writing left
     assert main(["report", str(run)]) == 0
+    assert not killed.exists()
     assert victim.read_bytes() == VICTIM
     page = run / "report.html"
     assert page.is_file() and not page.is_symlink() and "</html>" in page.read_text()
@@ -346,10 +348,15 @@ def _temporary(folder: Path, pid: int, host: str = HOST, *, tree: bool = False) 
     return path
 
 
-def test_stale_temporaries_are_removed_by_the_next_writer(tmp_path: Path) -> None:
+def dead_pid() -> int:
+    """Return the pid of a process of this host that has ended."""
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    dead = gone.pid
+    return gone.pid
+
+
+def test_stale_temporaries_are_removed_by_the_next_writer(tmp_path: Path) -> None:
+    dead = dead_pid()
     dead_files = [
         _temporary(tmp_path / "step000001" / "step", dead),
         _temporary(tmp_path / "step000001" / "step", dead, tree=True),  # torch's working folder
@@ -386,6 +393,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_a_writer_killed_mid_write_leaves_nothing_once_the_next_one_wrote(tmp_path: Path) -> None:
     save = tmp_path / "profiles"
     script = tmp_path / "train.py"
