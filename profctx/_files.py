@@ -91,7 +91,8 @@ def make_folders(root: Path, relative: str | os.PathLike[str] = "") -> Path:
     ``root`` is the user's (it may be a link). Below it, a link where a folder belongs raises
     ``OSError`` (``ELOOP``) instead of being followed, a file raises ``FileExistsError`` or
     ``NotADirectoryError``. A folder that exists and belongs to another account is used (every
-    file in it is created exclusively and renamed into place) and warned about once.
+    file in it is created exclusively and renamed into place); the first one is warned about, once
+    per process.
     """
     try:  # most calls find every folder there: open first, create only what is missing
         fd = os.open(root, FOLDER & ~os.O_NOFOLLOW)
@@ -113,7 +114,7 @@ def make_folders(root: Path, relative: str | os.PathLike[str] = "") -> Path:
             fd = inner
             owner = os.fstat(fd).st_uid
             if owner != os.geteuid():
-                warn_once(f"foreign-folder:{path}",
+                warn_once("foreign-folder",  # once per process, not per step: the first such folder is named
                           "profctx: %s belongs to another account (uid %d); writing into it without following "
                           "links, but that account can read and remove what profctx writes there", path, owner)
     finally:
