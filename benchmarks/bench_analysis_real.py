@@ -19,7 +19,7 @@ of the children it waited for: a process pool's workers count):
 Targets (issue 22): CPU <= 0.3x the floor; wall <= 0.6x CPU on 2 cores; memory <= 2x the largest
 trace, also with the bomb. Read only ratios within one run: the machine is shared.
 
-    python benchmarks/bench_analysis_real.py [--ranks 4] [--steps 2] [--mb 10] [--shapes] [--keep DIR]
+    python benchmarks/bench_analysis_real.py [--ranks 4] [--steps 2] [--mb 10] [--shapes] [--keep DIR] [--old DIR]
 """
 
 from __future__ import annotations
@@ -163,15 +163,16 @@ def add_bomb(run: Path, bomb: Path, mb: float) -> None:
         shutil.rmtree(bomb)
     shutil.copytree(run, bomb, copy_function=os.link)
     victim = sorted(bomb.rglob("*.pt.trace.json.gz"))[0]
-    event = b'{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 1.5, "dur": 1.0}'
-    chunk = b",\n".join([event] * 10_000) + b",\n"
+    # Operators one after another, as in a trace (identical events would all nest in one another instead).
+    event = b'{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": %d.5, "dur": 1.0}'
+    chunk = b",\n".join(event % (2 * i) for i in range(10_000)) + b",\n"
     zipper = zlib.compressobj(9, zlib.DEFLATED, 31)
     victim.unlink()
     with open(victim, "wb") as out:
         out.write(zipper.compress(b'{"traceEvents": [\n'))
         for _ in range(int(mb * 1e6 / len(chunk))):
             out.write(zipper.compress(chunk))
-        out.write(zipper.compress(event + b"\n]}\n"))
+        out.write(zipper.compress(event % 0 + b"\n]}\n"))
         out.write(zipper.flush())
 
 
@@ -191,6 +192,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs of each command; the least CPU counts")
     parser.add_argument("--bare", action="store_true", help="also time the commands without isal and msgspec")
     parser.add_argument("--keep", metavar="DIR", help="make (or reuse) the captures here")
+    parser.add_argument("--old", metavar="PYTHONPATH", help="also time the commands of another checkout (its root)")
     args = parser.parse_args()
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="profctx-bench-real-"))
     source = generate(folder, args.mb, args.shapes)
@@ -219,6 +221,9 @@ def main() -> None:
             results[f"{label} --jobs 1"] = measure([py, "-m", "profctx", *argv, "--jobs", "1"], args.repeat, env)
         if args.bare:
             results[f"{label}, no isal/msgspec"] = measure([py, "-c", _BARE, *argv], args.repeat, env)
+        if args.old:
+            results[f"{label}, --old checkout"] = measure([py, "-m", "profctx", *argv], args.repeat,
+                                                          {**os.environ, "PYTHONPATH": args.old})
     bomb_rss = None
     if args.bomb_mb:
         bomb = folder / "bomb"
