@@ -101,6 +101,7 @@ def make_folders(root: Path, relative: str | os.PathLike[str] = "") -> Path:
         fd = os.open(root, FOLDER & ~os.O_NOFOLLOW)
     path = root
     try:
+        _check_owner(fd, path)
         for part in Path(relative).parts:
             path = path / part
             try:
@@ -112,14 +113,19 @@ def make_folders(root: Path, relative: str | os.PathLike[str] = "") -> Path:
                 inner = open_folder(part, dir_fd=fd, shown=str(path))
             os.close(fd)
             fd = inner
-            owner = os.fstat(fd).st_uid
-            if owner != os.geteuid():
-                warn_once("foreign-folder",  # once per process, not per step: the first such folder is named
-                          "profctx: %s belongs to another account (uid %d); writing into it without following "
-                          "links, but that account can read and remove what profctx writes there", path, owner)
+            _check_owner(fd, path)
     finally:
         os.close(fd)
     return path
+
+
+def _check_owner(fd: int, path: Path) -> None:
+    """Warn (once per process, naming the first) about a folder of another account; root's are not."""
+    owner = os.fstat(fd).st_uid
+    if owner not in (os.geteuid(), 0):  # root can read and replace anything anyway
+        warn_once("foreign-folder",
+                  "profctx: %s belongs to another account (uid %d); writing into it without following "
+                  "links, but that account can read and remove what profctx writes there", path, owner)
 
 
 @contextlib.contextmanager
