@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from .._errors import ConfigError, one_of
-from .._files import replacing
+from .._files import make_folders, replacing
 from ._base import CaptureSpec, Finish
 
 if TYPE_CHECKING:
@@ -205,7 +205,7 @@ def _on_oom(device: int, alloc: int, device_alloc: int, device_free: int) -> Non
         import torch
 
         snapshot = torch.cuda.memory._snapshot()
-        folder.mkdir(parents=True, exist_ok=True)
+        make_folders(folder.parent, folder.name)  # a link planted where the oom folder belongs is not followed
         final = folder / f"pid{os.getpid()}-{time.strftime('%Y%m%d-%H%M%S')}-dev{device}{SUFFIX}"
         with replacing(final) as f:
             pickle.dump(snapshot, f, protocol=pickle.HIGHEST_PROTOCOL)
