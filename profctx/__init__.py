@@ -5,6 +5,7 @@ from ._block import profile_step
 from ._config import EngineConfig, ProfilerConfig
 from ._decorate import profiled
 from ._errors import ConfigError, ProfilingError
+from ._hooks import on_capture, remove_on_capture
 from ._propagate import adopt, bind, extract, inject
 from ._scope import Scope, current
 from ._steps import Steps
@@ -30,8 +31,10 @@ __all__ = [
     "get_config",
     "inject",
     "is_configured",
+    "on_capture",
     "profile_step",
     "profiled",
+    "remove_on_capture",
     "reset",
 ]
 

@@ -78,8 +78,8 @@ class Owner:
     a capture starts or ends, or engines are attached.
     """
 
-    __slots__ = ("_lock", "carried", "carry_cache", "config", "control", "driver", "env_read", "gate", "held", "hooks",
-                 "last_step", "runtime", "step_hooks", "switches")
+    __slots__ = ("_lock", "capture_hooks", "carried", "carry_cache", "config", "control", "driver", "env_read", "gate",
+                 "held", "hooks", "last_step", "runtime", "step_hooks", "switches")
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -112,6 +112,8 @@ class Owner:
         self.control: Any = None
         #: The step the last step block of this process entered (named when nothing was captured).
         self.last_step: int | None = None
+        #: Called on the writer thread with each finished capture's record (``profctx.on_capture``).
+        self.capture_hooks: list[Any] = []
 
     # -- switches -----------------------------------------------------------------------------
 
@@ -195,6 +197,7 @@ class Owner:
             self.carry_cache = None
             self.env_read = False
             self.last_step = None
+            self.capture_hooks = []
             self.gate.clear()
             self.refresh()
         if control is not None:

@@ -554,6 +554,23 @@ class Runtime:
                 listener(full)
             except Exception as exc:  # noqa: BLE001 - a listener never breaks a capture
                 warn_once(f"listener:{listener!r}", "profctx: a manifest listener failed: %s", exc)
+        if self.owner.capture_hooks and full.get("event") == "finished" and full.get("kind") != "remote":
+            self.submit(lambda: self.run_capture_hooks(full))
+
+    def run_capture_hooks(self, full: Record) -> None:
+        """Call each ``profctx.on_capture`` hook with a finished capture's record (on the writer thread).
+
+        A hook that raises is logged once and kept in :attr:`errors`; the next hook still runs.
+        """
+        from .manifest import CaptureRecord  # the public record type; ``import profctx`` stays light
+
+        record = CaptureRecord(full)
+        for hook in list(self.owner.capture_hooks):
+            try:
+                hook(record)
+            except Exception as exc:  # noqa: BLE001 - a hook never breaks a capture nor training
+                self.failure(f"capture hook {getattr(hook, '__qualname__', repr(hook))}", exc, in_flight=True)
+
 
     def manifest_writer(self) -> ManifestWriter | None:
         """Return this process's manifest writer, once anything was recorded."""
