@@ -217,7 +217,8 @@ def _empty(name: str, dir_fd: int) -> None:
     with contextlib.suppress(OSError):
         fd = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
         try:
-            os.ftruncate(fd, 0)
+            if os.fstat(fd).st_nlink == 1:  # never the bytes of a file that has another name
+                os.ftruncate(fd, 0)
         finally:
             os.close(fd)
 
