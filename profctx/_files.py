@@ -177,10 +177,12 @@ def working_folder(folder: Path) -> Iterator[tuple[int, int, str]]:
             by_fd = f"/proc/self/fd/{work}"
             yield parent, work, by_fd if os.path.isdir(by_fd) else str(folder / name)
         finally:
+            with contextlib.suppress(OSError):
+                _clear(work)  # through the descriptor: the folder made here, whatever its name is now
             os.close(work)
+            with contextlib.suppress(OSError):
+                os.rmdir(name, dir_fd=parent)  # only ever an empty folder
     finally:
-        with contextlib.suppress(OSError):
-            remove_tree(name, parent)
         os.close(parent)
 
 
@@ -195,17 +197,22 @@ def remove_tree(name: str, dir_fd: int) -> None:
         os.unlink(name, dir_fd=dir_fd)
         return
     try:
-        for entry in list(os.scandir(inner)):
-            if entry.is_dir(follow_symlinks=False):
-                remove_tree(entry.name, inner)
-                continue
-            if entry.is_file(follow_symlinks=False):
-                _empty(entry.name, inner)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(entry.name, dir_fd=inner)
+        _clear(inner)
     finally:
         os.close(inner)
     os.rmdir(name, dir_fd=dir_fd)
+
+
+def _clear(fd: int) -> None:
+    """Remove everything inside the open folder ``fd`` (see :func:`remove_tree`)."""
+    for entry in list(os.scandir(fd)):
+        if entry.is_dir(follow_symlinks=False):
+            remove_tree(entry.name, fd)
+            continue
+        if entry.is_file(follow_symlinks=False):
+            _empty(entry.name, fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(entry.name, dir_fd=fd)
 
 
 def _empty(name: str, dir_fd: int) -> None:
