@@ -78,3 +78,23 @@ def test_without_msgspec_and_isal_installed_the_summary_is_the_same(tmp_path: Pa
     assert done.returncode == 0, done.stderr
     bare = json.loads(done.stdout)
     assert bare["phases"] and bare == summarize(run).to_json()
+
+
+def test_events_out_of_time_order_read_as_in_order(tmp_path: Path) -> None:
+    doc = _doc(1000)
+    last = doc["traceEvents"][-2]  # an operator; a parent and its child starting with it follow
+    start = last["ts"] + last["dur"] + 10
+    doc["traceEvents"][-1:-1] = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::parent", "pid": 7, "tid": 7, "ts": start, "dur": 10.0},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::child", "pid": 7, "tid": 7, "ts": start, "dur": 4.0},
+    ]
+    ordered = tmp_path / "ordered.pt.trace.json"
+    ordered.write_text(json.dumps(doc))
+    # Reversed: parents (longer) and children (shorter) at one start must still nest the same way.
+    doc["traceEvents"].reverse()
+    shuffled = tmp_path / "shuffled.pt.trace.json"
+    shuffled.write_text(json.dumps(doc))
+    got = _figures(ordered)
+    assert _figures(shuffled) == got
+    parent = next(v for (_, _, name), v in got[2].items() if name == "aten::parent")
+    assert parent[0] == 6.0  # its self time: the child at the same start nests in it
