@@ -163,17 +163,49 @@ def add_bomb(run: Path, bomb: Path, mb: float) -> None:
         shutil.rmtree(bomb)
     shutil.copytree(run, bomb, copy_function=os.link)
     victim = sorted(bomb.rglob("*.pt.trace.json.gz"))[0]
-    # Operators one after another, as in a trace (identical events would all nest in one another instead).
-    event = b'{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": %d.5, "dur": 1.0}'
-    chunk = b",\n".join(event % (2 * i) for i in range(10_000)) + b",\n"
+    # One event over and over (inflating about 1000 times); of no duration, so that none nests in another.
+    event = b'{"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 1.5, "dur": 0}'
+    chunk = b",\n".join([event] * 10_000) + b",\n"
     zipper = zlib.compressobj(9, zlib.DEFLATED, 31)
     victim.unlink()
     with open(victim, "wb") as out:
         out.write(zipper.compress(b'{"traceEvents": [\n'))
         for _ in range(int(mb * 1e6 / len(chunk))):
             out.write(zipper.compress(chunk))
-        out.write(zipper.compress(event % 0 + b"\n]}\n"))
+        out.write(zipper.compress(event + b"\n]}\n"))
         out.write(zipper.flush())
+
+
+def add_large(run: Path, large: Path, mb: float) -> float:
+    """Copy ``run`` to ``large`` and replace one trace by a real one's events repeated (each copy after the
+    last) to about ``mb`` MB of JSON; return its MB."""
+    if large.exists():
+        shutil.rmtree(large)
+    shutil.copytree(run, large, copy_function=os.link)
+    victim = sorted(large.rglob("*.pt.trace.json.gz"))[0]
+    with gzip.open(victim, "rb") as fh:
+        doc = json.load(fh)
+    events = doc.pop("traceEvents")
+    meta = [e for e in events if e.get("ph") == "M"]
+    timed = [e for e in events if e.get("ph") == "X" and e.get("cat") == "cpu_op"]
+    first = min(e["ts"] for e in timed)
+    span = max(e["ts"] + e["dur"] for e in timed) - first + 1.0
+    victim.unlink()
+    written = 0
+    zipper = zlib.compressobj(1, zlib.DEFLATED, 31)
+    with open(victim, "wb") as out:
+        head = json.dumps({k: v for k, v in doc.items()})[:-1].encode() + b', "traceEvents": [\n'
+        out.write(zipper.compress(head + json.dumps(meta)[1:-1].encode()))
+        copy = 0
+        while written < mb * 1e6:
+            shifted = [dict(e, ts=round(e["ts"] + copy * span, 3)) for e in timed]
+            text = b",\n" + json.dumps(shifted, indent=1)[1:-1].encode()
+            out.write(zipper.compress(text))
+            written += len(text)
+            copy += 1
+        out.write(zipper.compress(b"\n]}\n"))
+        out.write(zipper.flush())
+    return written / 1e6
 
 
 def json_size(path: Path) -> float:
@@ -189,6 +221,8 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=10.0, help="approximate MB of JSON per real trace")
     parser.add_argument("--shapes", action="store_true", help="record shapes (torch's larger args)")
     parser.add_argument("--bomb-mb", type=float, default=1024.0, help="MB the gzip bomb inflates to (0: none)")
+    parser.add_argument("--large-mb", type=float, default=150.0,
+                        help="MB of JSON of one large trace made of real events, for the memory bound (0: none)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each command; the least CPU counts")
     parser.add_argument("--bare", action="store_true", help="also time the commands without isal and msgspec")
     parser.add_argument("--keep", metavar="DIR", help="make (or reuse) the captures here")
@@ -231,6 +265,11 @@ def main() -> None:
         bombed = measure([py, "-m", "profctx", "summary", str(bomb), "--json", "--no-progress"], 1, env)
         bomb_rss = bombed["rss"]
         results["summary, one trace a gzip bomb"] = bombed
+    large_mb = None
+    if args.large_mb:
+        large_mb = add_large(run, folder / "large", args.large_mb)
+        results[f"summary, one trace of {large_mb:.0f} MB"] = measure(
+            [py, "-m", "profctx", "summary", str(folder / "large"), "--json", "--no-progress"], 1, env)
     floor_cpu = floor["cpu"]
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, run in {folder}")
     print(f"inputs: {len(traces)} real torch CPU traces ({args.ranks} ranks x {args.steps} steps x {len(ROLES)} "
@@ -242,6 +281,9 @@ def main() -> None:
     for label, r in results.items():
         print(f"| {label} | {r['cpu']:.2f} | {r['cpu'] / floor_cpu:.2f} | {r['cpu'] / parse_s:.2f} | "
               f"{r['wall'] / r['cpu']:.2f} | {r['rss']:.0f} | {r['rss'] / largest:.2f} |")
+    if large_mb:
+        print(f"large trace: {large_mb:.0f} MB of JSON; peak RSS / it: "
+              f"{results[f'summary, one trace of {large_mb:.0f} MB']['rss'] / large_mb:.2f}")
     print(json.dumps({"floor_cpu": floor_cpu, "inflate_s": inflate_s, "parse_s": parse_s, "largest_mb": largest,
                       "bomb_rss": bomb_rss,
                       "results": {k: {f: v[f] for f in ("wall", "cpu", "rss")} for k, v in results.items()}}))

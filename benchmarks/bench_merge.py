@@ -61,6 +61,9 @@ for path in sys.argv[1:]:
 """
 
 _FLOOR = "import profctx.cli, profctx._merge"
+#: The CLI with the optional fast paths unimportable (a bare install).
+_BARE = "import sys; sys.modules['isal'] = None; sys.modules['msgspec'] = None; from profctx.cli import main; " \
+        "sys.argv[0] = 'profctx'; sys.exit(main(sys.argv[1:]))"
 #: Runs of each command; the fastest counts (the machine is shared: slower runs measure the neighbours).
 REPEAT = 3
 
@@ -98,6 +101,7 @@ def main() -> None:
     parser.add_argument("--keep", metavar="DIR", help="make (or reuse) the run here instead of a temporary folder")
     parser.add_argument("--old", metavar="PYTHONPATH", help="also time the merge of another checkout (its root)")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each command, the fastest counts")
+    parser.add_argument("--bare", action="store_true", help="also time the merge with isal and msgspec unimportable")
     args = parser.parse_args()
     global REPEAT
     REPEAT = max(1, args.repeat)
@@ -132,6 +136,10 @@ def main() -> None:
     plain_s, plain_mb, _, plain_cpu = measure(
         [sys.executable, "-m", "profctx", "merge", str(folder), "--step", "1", "-o", str(plain), "--no-progress"],
         env={**os.environ, "PYTHONPATH": here})
+    bare = None
+    if args.bare:
+        bare = measure([sys.executable, "-c", _BARE, "merge", str(folder), "--step", "1", "-o",
+                        str(folder / "bare.trace.json.gz"), "--no-progress"], env={**os.environ, "PYTHONPATH": here})
     floor_mb = _floor_peak()
     rows = [
         ("inputs", f"{len(traces)} traces, {sum(sizes) / 1e6:.0f} MB JSON ({events.strip()} events), "
@@ -152,6 +160,9 @@ def main() -> None:
                                                           f"{plain_cpu / one_cpu:.2f}"),
         ("merge time / gunzip only", f"{merge_s / zcat_s:.1f}"),
     ]
+    if bare is not None:
+        rows.append(("merge without isal and msgspec", f"{bare[0]:.1f} s ({bare[3]:.2f} s CPU); / json.load one at "
+                                                       f"a time: {bare[0] / one_s:.2f}, CPU {bare[3] / one_cpu:.2f}"))
     if old_s is not None and old_mb is not None:
         rows.append(("previous merge (--old)", f"{old_s:.1f} s ({old_cpu:.2f} s CPU), peak RSS {old_mb:.0f} MB; "
                                                f"new/old time {merge_s / old_s:.2f}, CPU "
