@@ -23,9 +23,10 @@ def configure(config: object = None, /, **fields: Any) -> ProfilerConfig | None:
     :meth:`ProfilerConfig.from_verl`); keyword ``fields`` override it and ``PROFCTX_*`` environment
     variables override both. Raise :class:`ConfigError` for any invalid value, before
     anything runs. A previous configuration is shut down first (its open capture is
-    stopped and written). When this process can capture, the backend's one-time set-up
-    (about a second for torch) starts on a background thread; the first capture waits only
-    for what is left of it.
+    stopped and written). When this process can capture (its rank is selected), the
+    backend's one-time set-up (torch: its profiler and compiler imports, a few seconds)
+    runs here, on the calling thread, so it never lands in a profiled step nor races the
+    program's own imports; a process that cannot capture never imports its backend.
     """
     new = load(config, **fields)
     OWNER.env_read = True
@@ -41,8 +42,8 @@ def configure(config: object = None, /, **fields: Any) -> ProfilerConfig | None:
     runtime = Runtime(OWNER, new)
     if new.exit_hooks:
         _lifecycle.install()
-    if new.warmup and runtime.rank_selected():
-        runtime.prepare_in_background()
+    if new.warmup and runtime.rank_selected():  # only a process that can capture imports its backend
+        runtime.prepare()
     OWNER.runtime = runtime
     OWNER.refresh()
     return new

@@ -127,6 +127,11 @@ def _generated(fn: types.FunctionType, switch: list[bool], on: Callable[..., Any
         factory = _FACTORIES[key] = _factory(*key)
     made = factory(switch, fn, on)
     functools.update_wrapper(made, fn)
+    # No ``__wrapped__``: Ray reads ``@ray.method`` options (num_returns, max_task_retries,
+    # concurrency_group...) from the end of the ``__wrapped__`` chain (``inspect.unwrap``), so a
+    # link to ``fn`` would hide the options set on this wrapper. The signature needs no link:
+    # this function has ``fn``'s parameters, defaults and annotations.
+    del made.__wrapped__
     made.__defaults__ = fn.__defaults__
     made.__kwdefaults__ = fn.__kwdefaults__
     return made

@@ -9,8 +9,10 @@ everything and ends the process by SIGTERM, as the default action would have.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
+import sys
 import threading
 from types import FrameType
 from typing import Any, Final
@@ -76,25 +78,51 @@ def release_workers() -> None:
     _shut(OWNER.step_hooks)
 
 
-def finalize(timeout: float | None = EXIT_TIMEOUT) -> None:
-    """Stop open engine sessions and this process's open captures; wait for files (``timeout`` seconds)."""
+def finalize(timeout: float | None = EXIT_TIMEOUT) -> bool:
+    """Stop open engine sessions and this process's open captures; wait for files (``timeout`` seconds).
+
+    Return whether a capture is still recording on another thread that is alive (recorded
+    ``interrupted``: the profiler stops only on the thread that started it).
+    """
     _shut(OWNER.step_hooks)
     _shut(OWNER.hooks)
     runtime = OWNER.runtime
     if runtime is not None:
         try:
-            runtime.shutdown(timeout)
+            return runtime.shutdown(timeout)
         except Exception as exc:  # noqa: BLE001 - exit paths must not raise
             logger.warning("profctx: could not finish the open capture at exit: %s", exc)
+    return False
 
 
 def _at_exit() -> None:
     _EXIT.finishing = True
-    finalize()
+    running = finalize()
     if _EXIT.terminated:
         # The process was asked to terminate: end it by SIGTERM, as the default action would.
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
+    if running:
+        _end_now()
+
+
+def _end_now() -> None:
+    """End the process here, everything written: another thread is still inside a capture.
+
+    Interpreter finalisation would make that thread exit where it stands (CPython ends a
+    thread that wants the interpreter back during finalisation), and a thread inside torch's
+    C++ code then aborts the whole process (SIGABRT, "terminate called without an active
+    exception"). Standard streams and logging are flushed first; the exit status is 1 after
+    an uncaught exception, else 0 (the status a ``sys.exit(n)`` asked for is not visible here).
+    """
+    import logging
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            if stream is not None:
+                stream.flush()
+    os._exit(1 if getattr(sys, "last_value", None) is not None else 0)
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:

@@ -240,8 +240,6 @@ class Runtime:
         self._seq = itertools.count(1)
         self._spans = Spans()
         self._policies: dict[bool, Policy] = {}
-        self._ready = threading.Event()
-        self._ready.set()
         self._swept = False
 
     # -- identity, selection, policy --------------------------------------------------------------
@@ -283,19 +281,17 @@ class Runtime:
 
     # -- warm-up ------------------------------------------------------------------------------
 
-    def prepare_in_background(self) -> None:
-        """Run the backend's one-time set-up on a thread; the first capture waits for what is left."""
-        self._ready.clear()
+    def prepare(self) -> None:
+        """Run the backend's one-time set-up (imports) here, on the calling thread; never raises.
 
-        def prepare() -> None:
-            try:
-                self.backend.prepare()
-            except Exception as exc:  # noqa: BLE001 - a failed warm-up only costs time later
-                logger.warning("profctx: backend %s could not prepare: %s", self.tool, exc)
-            finally:
-                self._ready.set()
-
-        threading.Thread(target=prepare, name="profctx-prepare", daemon=True).start()
+        On the caller's thread, not a background one: a background import of torch's compiler
+        modules races the program's own imports (``import vllm`` right after ``configure()``
+        then fails with a deadlock or a partially initialised module).
+        """
+        try:
+            self.backend.prepare()
+        except Exception as exc:  # noqa: BLE001 - a failed warm-up only costs time later
+            logger.warning("profctx: backend %s could not prepare: %s", self.tool, exc)
 
     # -- blocks -------------------------------------------------------------------------------
 
@@ -387,7 +383,6 @@ class Runtime:
         if actions.join_run:
             opened.target = self.run
         if actions.open is not None:
-            self._ready.wait()
             capture = Capture(self, actions.open, next(self._seq))
             if actions.keep_run:
                 with self._lock:
@@ -571,7 +566,6 @@ class Runtime:
             except Exception as exc:  # noqa: BLE001 - a hook never breaks a capture nor training
                 self.failure(f"capture hook {getattr(hook, '__qualname__', repr(hook))}", exc, in_flight=True)
 
-
     def manifest_writer(self) -> ManifestWriter | None:
         """Return this process's manifest writer, once anything was recorded."""
         return self._manifest
@@ -593,21 +587,25 @@ class Runtime:
         """Wait until every stopped capture's files are written; return whether all finished in time."""
         return self.writer.flush(timeout)
 
-    def shutdown(self, timeout: float | None = None) -> None:
+    def shutdown(self, timeout: float | None = None) -> bool:
         """End every capture (stopping those this thread started), write everything, close the manifest.
 
         A capture started by another thread that is still running is not stopped from here
-        (the profiler must stop on its own thread): it is recorded as ``interrupted``.
+        (the profiler must stop on its own thread): it is recorded as ``interrupted``. Return
+        whether such a thread is still alive (the exit hook then ends the process itself).
         """
         me = threading.get_ident()
         with self._lock:
             run, holder, deferred = self.run, self.holder(), list(self.deferred)
             self.run = None
             self.deferred = []
+        alive = {t.ident for t in threading.enumerate()}
+        running = False
         for capture in {id(c): c for c in (run, holder, *deferred) if c is not None}.values():
             if capture.thread == me:
                 capture.end(in_flight=True)
             else:
+                running = running or (capture.recording and capture.thread in alive)
                 capture.abandon("still recording at exit on a thread that did not stop it; "
                                 "the profiler can only be stopped on the thread that started it")
         self.flush(timeout)
@@ -616,6 +614,7 @@ class Runtime:
         if manifest is not None:
             manifest.close(timeout=min(timeout or 0.0, 5.0))
         logger.debug("profctx runtime %s shut down", self.run_id)
+        return running
 
     # -- nothing captured ---------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib.util
 import json
 import os
 import shutil
@@ -68,12 +69,12 @@ class TorchBackend:
     @classmethod
     def check_config(cls, config: ProfilerConfig) -> None:
         """Refuse a config this backend cannot run: no torch, or contents it does not know."""
-        try:
-            import torch.profiler  # noqa: F401
-        except ImportError:
+        # Found, not imported: a process that cannot capture (an unselected rank or group member, a
+        # driver that does not profile) never pays torch's import; one that can imports it in prepare().
+        if importlib.util.find_spec("torch") is None:
             raise ConfigError(
                 "tool", config.tool, "the torch backend needs torch: pip install 'profctx[torch]'"
-            ) from None
+            )
         if "npu" in config.contents:
             raise ConfigError("contents", "npu", "the torch backend records cpu and cuda; use tool='npu' for NPUs")
         for key in config.tool_options:

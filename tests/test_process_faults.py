@@ -1,0 +1,81 @@
+"""What configure() and exit do to the rest of the process: imports only where a capture can happen, no
+background import racing the program's own, a clean exit while another thread is inside a capture."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from profctx._manifest import read
+
+pytest.importorskip("torch")
+
+
+def _run(script: str, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(script), *args], capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+NOT_SELECTED = """
+    import sys, profctx
+    profctx.configure(steps=[1], ranks=[1], rank=0, save_path=sys.argv[1], tool="torch", mode="role")
+    with profctx.profile_step(1), profctx.profile_step(role="update"):
+        pass
+    profctx.configure(steps=[1], ranks={"actor": [0]}, save_path=sys.argv[1], tool="torch")  # a driver, unprofiled
+    with profctx.profile_step(1):
+        pass
+    print(sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.")))
+"""
+
+
+def test_a_process_that_cannot_capture_never_imports_the_backend(tmp_path: Path) -> None:
+    done = _run(NOT_SELECTED, str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+COMPILER_IMPORT = """
+    import sys, threading, profctx
+    profctx.configure(steps=[1], save_path=sys.argv[1], tool="torch")
+    # The warm-up is over when configure() returns, and nothing of profctx imports in the background.
+    assert "torch._dynamo" in sys.modules, "warm-up not done in configure()"
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("profctx")], threading.enumerate()
+    import torch._inductor  # what `import vllm` does first
+    print("imported")
+"""
+
+
+@pytest.mark.slow
+def test_the_warm_up_never_races_the_programs_own_imports(tmp_path: Path) -> None:
+    done = _run(COMPILER_IMPORT, str(tmp_path))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "imported"
+
+
+BUSY_THREAD = """
+    import sys, threading, profctx, torch
+    profctx.configure(steps=[1], save_path=sys.argv[1], compress=False)
+    ready = threading.Event()
+    def worker():
+        with profctx.profile_step(1, role="background"):
+            while True:  # inside torch's C++ code most of the time when the program ends
+                torch.ones(64).sum()
+                ready.set()
+    threading.Thread(target=worker, daemon=True).start()
+    ready.wait(60)
+    print("exiting", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_exit_with_a_capture_live_on_a_busy_thread_is_clean_and_recorded(tmp_path: Path) -> None:
+    done = _run(BUSY_THREAD, str(tmp_path), timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "exiting"  # flushed before the process ended
+    (record,) = read(tmp_path)
+    assert record["status"] == "interrupted"
+    assert any("thread that started it" in n for n in record["notes"])
