@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import stat
 import threading
 from collections.abc import Mapping, Sequence
@@ -29,7 +28,9 @@ from .._manifest import failed_call
 from .._owner import OWNER
 from .._propagate import _config_dict
 from .._scope import current
-from . import _worker
+from . import _control, _worker
+from ._control import Sent
+from ._control import message as _message
 
 __all__ = ["WorkerGroup", "fan_out", "fan_out_async", "flush", "flush_async", "group", "group_async", "groups",
            "submit"]
@@ -37,13 +38,10 @@ __all__ = ["WorkerGroup", "fan_out", "fan_out_async", "flush", "flush_async", "g
 #: A target: a bound actor method (``handle.method``) or ``(handle, "method")``.
 Target = Any
 
-#: Seconds the driver waits for its workers to enter or leave a step before going on without them.
-CONTROL_TIMEOUT = 300.0
+#: Seconds the driver waits, by default, for a worker to answer a control call (``group(control_timeout=)``).
+CONTROL_TIMEOUT = _control.DEFAULT_TIMEOUT
 #: Seconds the driver waits, at exit or ``reset()``, for its workers to leave a step it was still in.
 RELEASE_TIMEOUT = 10.0
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-
 
 @dataclass(eq=False)
 class Member:
@@ -58,6 +56,27 @@ class Member:
     collect: bool = False
     #: For a collected member: bytes of each file copied so far, by path under save_path.
     copied: dict[str, int] = field(default_factory=dict)
+    group: str = ""
+    #: Seconds the driver waits for this member's answer to a control call.
+    timeout: float = CONTROL_TIMEOUT
+    #: (group, rank) the member files as (its own configuration may say otherwise than the driver).
+    identity: tuple[str, int] | None = None
+    #: Whether the member keeps a configuration of its own, or has engines attached: it acts in every step.
+    acts_always: bool = False
+    #: Why the member is lost (it missed a control timeout or died), or ``None``.
+    lost: str | None = None
+    dead: bool = False
+    #: Control calls a lost member still owes an answer to.
+    pending: list[Any] = field(default_factory=list)
+    #: The step a lost member was told to enter and not yet to leave.
+    entered: int | None = None
+
+    def acts(self, config: Any) -> bool:
+        """Whether this member does anything in an in-window step under the driver's ``config``."""
+        if self.acts_always or config is None:
+            return True
+        group, rank = self.identity or (self.group, self.rank)
+        return bool(config.selects(group, rank))
 
 
 @dataclass(eq=False)
@@ -91,8 +110,10 @@ class Driver:
         self.step: int | None = None
         self._lock = threading.Lock()
         self.claims: dict[tuple[str, int], int] = {}
-        #: Refs of control calls not waited for when sent (sync members: Ray keeps the order).
-        self.leaving: list[Any] = []
+        #: Control calls not waited for when sent (sync members: Ray keeps the order).
+        self.leaving: list[Sent] = []
+        #: The members told to enter the current step (told to leave it with the driver).
+        self.told: list[Member] = []
 
     # -- registration ---------------------------------------------------------------------------
 
@@ -108,7 +129,8 @@ class Driver:
             spec["save_path"] = str(runtime.save_path)
             spec["probe"] = str(_probe(runtime))
         grp.sent = config
-        return [m.handle.__ray_call__.remote(_worker.join, {**spec, "rank": m.rank}) for m in grp.members]
+        return [m.handle.__ray_call__.remote(_worker.join, {**spec, "rank": m.rank}) for m in grp.members
+                if m.lost is None]
 
     def joined(self, grp: WorkerGroup, results: Sequence[Any]) -> None:
         """Note where each member runs; warn about duplicate claims and undecorated methods, once each."""
@@ -119,6 +141,9 @@ class Driver:
                 continue
             member.pid, member.host, member.main = result["pid"], result["host"], result["main"]
             member.collect = bool(result.get("collect"))
+            member.acts_always = bool(result.get("own") or result.get("engines"))
+            if result.get("identity"):
+                member.identity = (str(result["identity"][0]), int(result["identity"][1]))
             if result.get("error"):
                 warn_once(f"join-config:{grp.name}", "profctx: worker group %r cannot use the driver's configuration "
                           "(it runs unprofiled): %s", grp.name, result["error"])
@@ -143,26 +168,43 @@ class Driver:
 
     # -- the step hook ---------------------------------------------------------------------------
 
-    def _refs(self, fn: Any, step: int) -> tuple[list[Any], list[Any]]:
-        """Send ``fn(step)`` to every member; return the refs to wait for now, and those that can wait.
+    def _refs(self, fn: Any, step: int) -> tuple[list[Sent], list[Sent]]:
+        """Send ``fn(step)`` to the members that act in the step; return the calls to wait for now, and those that can.
 
-        Ray runs one caller's calls to a sync actor in the order they were sent, so a sync
-        member (its calls on its main thread) has entered the step before it serves any later
-        call of the driver: its reply can wait. Async and threaded members run calls
+        Entering reaches only the members the driver's configuration selects (or that keep
+        their own, or drive engines) and that are not lost; leaving reaches those told to
+        enter. Ray runs one caller's calls to a sync actor in the order they were sent, so a
+        sync member (its calls on its main thread) has entered the step before it serves any
+        later call of the driver: its reply can wait. Async and threaded members run calls
         concurrently, and members whose files the driver copies must have written them: those
-        are waited for now.
+        are waited for now (each at most its control timeout).
         """
-        now: list[Any] = []
-        later: list[Any] = []
+        now: list[Sent] = []
+        later: list[Sent] = []
         leaving = fn is _worker.step_exit
-        for grp in list(self.groups.values()):
-            if grp.sent is not OWNER.config:
-                now.extend(self.join_refs(grp))  # reconfigured: members take the new config first
-            for m in grp.members:
-                args = (step, True) if leaving and m.collect else (step,)
-                ref = m.handle.__ray_call__.remote(fn, *args)
-                (now if m.collect or (not leaving and not m.main) else later).append(ref)
+        what = "leave step" if leaving else "enter step"
+        config = OWNER.config
+        if leaving:
+            members, self.told = [m for m in self.told if m.lost is None], []
+        else:
+            members = []
+            for grp in list(self.groups.values()):
+                if grp.sent is not config:  # reconfigured: members take the new config first
+                    joins = self.join_refs(grp)
+                    now.extend(Sent(r, m, "join") for r, m in zip(joins, [m for m in grp.members if m.lost is None],
+                                                                   strict=True))
+                members.extend(m for m in grp.members if m.acts(config) and _control.available(m, self._leave))
+            self.told = members
+        for m in members:
+            args = (step, True) if leaving and m.collect else (step,)
+            sent = Sent(m.handle.__ray_call__.remote(fn, *args), m, what, step)
+            (now if m.collect or (not leaving and not m.main) else later).append(sent)
         return now, later
+
+    @staticmethod
+    def _leave(member: Member, step: int) -> Sent:
+        """Tell ``member`` (lost while told to enter ``step``) to leave it."""
+        return Sent(member.handle.__ray_call__.remote(_worker.step_exit, step), member, "leave step", step)
 
     def collected(self) -> list[Member]:
         """The members whose files the driver copies."""
@@ -175,26 +217,24 @@ class Driver:
             self.step = step
             return True
 
-    def leftovers(self) -> list[Any]:
-        """Take the refs of control calls not waited for when sent (see :meth:`_refs`)."""
-        refs, self.leaving = self.leaving, []
-        return refs
+    def leftovers(self) -> list[Sent]:
+        """Take the control calls not waited for when sent (see :meth:`_refs`)."""
+        sent, self.leaving = self.leaving, []
+        return sent
 
     def reap(self) -> None:
-        """Report the failures of control calls that finished since they were sent, without waiting for the rest."""
-        refs = self.leftovers()
-        if not refs:
-            return
-        ready, pending = ray.wait(refs, num_returns=len(refs), timeout=0)
-        self.leaving = list(pending)
-        _report(ready, "enter or leave a step")
+        """Report the control calls that answered since they were sent, mark lost the members past their timeout.
+
+        Never waits: a sync member that has not answered within its control timeout is lost.
+        """
+        self.leaving = [s for s in _control.check(self.leftovers()) if s.member.lost is None]
 
     def enter(self, runtime: Any, scope: Any) -> object:
         if not self.groups or not self._claim(scope.step):
             return None
         self.reap()
         now, later = self._refs(_worker.step_enter, scope.step)
-        _wait(now, "enter step")
+        _wait(now)
         self.leaving.extend(later)
         return scope.step
 
@@ -206,7 +246,7 @@ class Driver:
         try:
             now, later = self._refs(_worker.step_exit, handle)  # type: ignore[arg-type]
             self.leaving.extend(later)
-            _wait(now, "leave step")
+            _wait(now)
             if self.collected():
                 collect(runtime, self.collected())
         finally:
@@ -217,7 +257,7 @@ class Driver:
             return None
         self.reap()  # never blocks
         now, later = self._refs(_worker.step_enter, scope.step)
-        await _await(now, "enter step")
+        await _await(now)
         self.leaving.extend(later)
         return scope.step
 
@@ -225,7 +265,7 @@ class Driver:
         try:
             now, later = self._refs(_worker.step_exit, handle)  # type: ignore[arg-type]
             self.leaving.extend(later)
-            await _await(now, "leave step")
+            await _await(now)
             if self.collected():
                 await asyncio.to_thread(collect, runtime, self.collected())
         finally:
@@ -244,9 +284,9 @@ class Driver:
         if step is None or not self.groups or not ray.is_initialized():
             return
         try:
-            refs = [m.handle.__ray_call__.remote(_worker.step_exit, step)
-                    for grp in self.groups.values() for m in grp.members]
-            refs.extend(self.leftovers())
+            told, self.told = self.told, []
+            refs = [m.handle.__ray_call__.remote(_worker.step_exit, step) for m in told if m.lost is None]
+            refs.extend(s.ref for s in self.leftovers() if s.member.lost is None)
             ray.wait(refs, num_returns=len(refs), timeout=RELEASE_TIMEOUT)
         except Exception as exc:  # noqa: BLE001 - an exit path: report, never raise
             warn_once("release-workers", "profctx: could not tell the workers to leave step %s: %s", step, exc)
@@ -256,6 +296,7 @@ class Driver:
         self.groups.clear()
         self.claims.clear()
         self.leaving = []
+        self.told = []
         self.step = None
 
 
@@ -288,7 +329,9 @@ def collect(runtime: Any, members: Sequence[Member]) -> int:
     total = 0
     for member in members:
         try:
-            listing = ray.get(member.handle.__ray_call__.remote(_worker.listing), timeout=CONTROL_TIMEOUT)
+            if member.lost is not None:
+                continue
+            listing = ray.get(member.handle.__ray_call__.remote(_worker.listing), timeout=member.timeout)
             for relative, size in listing:
                 target = (root / relative).resolve()
                 if root not in target.parents:
@@ -305,7 +348,7 @@ def collect(runtime: Any, members: Sequence[Member]) -> int:
                     out.seek(done)
                     while done < size:
                         chunk = ray.get(member.handle.__ray_call__.remote(
-                            _worker.read_chunk, relative, done, min(CHUNK, size - done)), timeout=CONTROL_TIMEOUT)
+                            _worker.read_chunk, relative, done, min(CHUNK, size - done)), timeout=member.timeout)
                         if not chunk:
                             break
                         out.write(chunk)
@@ -320,9 +363,9 @@ def collect(runtime: Any, members: Sequence[Member]) -> int:
     return total
 
 
-def _wait(refs: list[Any], what: str) -> None:
+def _wait(sent: list[Sent]) -> None:
     """Wait for control calls from sync code; inside a running event loop, do not block (logged once)."""
-    if not refs:
+    if not sent:
         return
     try:
         asyncio.get_running_loop()
@@ -333,35 +376,11 @@ def _wait(refs: list[Any], what: str) -> None:
                   "profctx: a step block in async code uses 'with'; workers are told without waiting. "
                   "Use 'async with profctx.profile_step(step):' so they have entered the step before your calls")
         return
-    ready, pending = ray.wait(refs, num_returns=len(refs), timeout=CONTROL_TIMEOUT)
-    if pending:
-        warn_once(f"control-timeout:{what}", "profctx: %d of %d workers did not %s within %ss",
-                  len(pending), len(refs), what, CONTROL_TIMEOUT)
-    _report(ready, what)
+    _control.wait(sent)
 
 
-def _report(ready: list[Any], what: str) -> None:
-    """Log, once per kind, the control calls among ``ready`` that failed."""
-    for ref in ready:
-        try:
-            ray.get(ref)
-        except Exception as exc:  # noqa: BLE001 - a dead worker must not stop the driver
-            warn_once(f"control:{what}:{type(exc).__name__}", "profctx: a worker could not %s: %s", what,
-                      _message(exc))
-
-
-async def _await(refs: list[Any], what: str) -> None:
-    if not refs:
-        return
-    try:
-        results = await asyncio.wait_for(asyncio.gather(*refs, return_exceptions=True), CONTROL_TIMEOUT)
-    except asyncio.TimeoutError:
-        warn_once(f"control-timeout:{what}", "profctx: workers did not %s within %ss", what, CONTROL_TIMEOUT)
-        return
-    for result in results:
-        if isinstance(result, Exception):
-            warn_once(f"control:{what}:{type(result).__name__}", "profctx: a worker could not %s: %s", what,
-                      _message(result))
+async def _await(sent: list[Sent]) -> None:
+    await _control.await_(sent)
 
 
 def _driver() -> Driver:
@@ -374,7 +393,8 @@ def _driver() -> Driver:
 
 
 def _new_group(name: str, handles: Sequence[Any], ranks: Sequence[int] | None,
-               world_size: int | None) -> tuple[Driver, WorkerGroup]:
+               world_size: int | None, control_timeout: float) -> tuple[Driver, WorkerGroup]:
+    timeout = _control.check_timeout(control_timeout)
     if not isinstance(name, str) or not name or not all(c.isascii() and (c.isalnum() or c in "._-") for c in name):
         raise ValueError(f"name: {name!r} is not valid; a group name is letters, digits, '.', '_' or '-'")
     if name == "driver":
@@ -394,13 +414,15 @@ def _new_group(name: str, handles: Sequence[Any], ranks: Sequence[int] | None,
     driver = _driver()
     if name in driver.groups:
         raise ValueError(f"name: a worker group {name!r} is already registered; use another name")
-    grp = WorkerGroup(name, [Member(h, r) for h, r in zip(handles, chosen, strict=True)], world)
+    grp = WorkerGroup(name, [Member(h, r, group=name, timeout=timeout) for h, r in zip(handles, chosen, strict=True)],
+                      world)
     driver.groups[name] = grp
     return driver, grp
 
 
 def group(name: str, handles: Sequence[Any], *, ranks: Sequence[int] | None = None,
-          world_size: int | None = None, timeout: float | None = 120.0) -> WorkerGroup:
+          world_size: int | None = None, timeout: float | None = 120.0,
+          control_timeout: float = CONTROL_TIMEOUT) -> WorkerGroup:
     """Register actors as the worker group ``name``; return it once every member has joined.
 
     Rank = position in ``handles`` (or ``ranks[i]``); world size = number of handles (or
@@ -408,10 +430,13 @@ def group(name: str, handles: Sequence[Any], *, ranks: Sequence[int] | None = No
     itself) and its identity, so its files and manifest records carry the group and rank.
     Register before the first profiled step, after ``profctx.configure`` (a later
     reconfiguration reaches the members at the next step). In async code use
-    :func:`group_async`.
+    :func:`group_async`. ``timeout``: seconds to wait for the members to join.
+    ``control_timeout``: the longest the driver waits for a member's answer to a step's
+    control call; a member that misses it is lost (recorded once, not waited for until it
+    answers). Raise ``ConfigError`` for a ``control_timeout`` that is not a number > 0.
     """
     _refuse_inside_loop("group", "group_async")
-    driver, grp = _new_group(name, handles, ranks, world_size)
+    driver, grp = _new_group(name, handles, ranks, world_size, control_timeout)
     refs = driver.join_refs(grp)
     results: list[Any] = []
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
@@ -429,9 +454,9 @@ def group(name: str, handles: Sequence[Any], *, ranks: Sequence[int] | None = No
 
 
 async def group_async(name: str, handles: Sequence[Any], *, ranks: Sequence[int] | None = None,
-                      world_size: int | None = None) -> WorkerGroup:
+                      world_size: int | None = None, control_timeout: float = CONTROL_TIMEOUT) -> WorkerGroup:
     """The async twin of :func:`group` (awaits the joins; never a blocking ``ray.get``)."""
-    driver, grp = _new_group(name, handles, ranks, world_size)
+    driver, grp = _new_group(name, handles, ranks, world_size, control_timeout)
     results = await asyncio.gather(*driver.join_refs(grp), return_exceptions=True)
     driver.joined(grp, list(results))
     return grp
@@ -543,19 +568,9 @@ def _record_death(target: Target, error: BaseException) -> None:
     group_name, rank = _member_of(target)
     runtime.record(failed_call(scope.step, "/".join((*scope.roles, method)), _message(error),
                                f"the actor running {method} died", target_group=group_name, target_rank=rank))
-
-
-def _message(error: object) -> str:
-    """Return ``Type: first line`` of the actor's own error (Ray's cause, without its coloured header)."""
-    if not isinstance(error, BaseException):
-        return str(error)
-    cause = getattr(error, "cause", None)
-    if isinstance(cause, BaseException):
-        error = cause
-    lines = [line for line in _ANSI.sub("", str(error)).strip().splitlines() if line.strip()]
-    if lines and lines[0].startswith("ray::") and len(lines) > 1:
-        lines = lines[1:]
-    return f"{type(error).__name__}: {lines[0].strip() if lines else ''}"
+    member = _member_for(target[0]) if isinstance(target, tuple) else None
+    if member is not None and member.lost is None:  # recorded here: the control calls do not record it again
+        member.lost, member.dead, member.pending = f"died: {_message(error)}", True, []
 
 
 def _refuse_inside_loop(name: str, twin: str) -> None:
@@ -582,22 +597,48 @@ def flush(actors: Sequence[Any] | None = None, timeout: float | None = 60.0) -> 
 
     ``actors``: actor handles, ``(handle, name)`` targets or worker groups; ``None``: every
     member of every registered group. Call before reading the manifest or shutting Ray down:
-    workers write traces on a background thread. A dead actor gives ``False``.
+    workers write traces on a background thread. A dead or lost actor gives ``False`` (a lost
+    one is not called; an actor is waited for at most ``timeout`` plus its control timeout).
     """
     _refuse_inside_loop("flush", "flush_async")
     driver = OWNER.driver
     if isinstance(driver, Driver):
-        _wait(driver.leftovers(), "leave step")
+        _wait(driver.leftovers())
     handles = _handles(list(groups().values()) if actors is None else actors)
-    refs = [h.__ray_call__.remote(_worker.flush, timeout) for h in handles]
+    refs = _flush_refs(handles, timeout)
+    live = [r for r in refs if r is not None]
+    ready = set(ray.wait(live, num_returns=len(live), timeout=_flush_bound(handles, timeout))[0]) if live else set()
     out = []
     for ref in refs:
         try:
-            out.append(bool(ray.get(ref)))
+            out.append(ref in ready and bool(ray.get(ref)))
         except Exception:  # noqa: BLE001 - a dead actor has nothing left to write
             out.append(False)
     _collect_from(handles)
     return out
+
+
+def _member_for(handle: Any) -> Member | None:
+    for grp in groups().values():
+        for member in grp.members:
+            if member.handle == handle:
+                return member
+    return None
+
+
+def _flush_refs(handles: Sequence[Any], timeout: float | None) -> list[Any]:
+    """Send ``flush`` to each handle that is not a lost member (``None`` in its place)."""
+    refs: list[Any] = []
+    for handle in handles:
+        member = _member_for(handle)
+        lost = member is not None and member.lost is not None
+        refs.append(None if lost else handle.__ray_call__.remote(_worker.flush, timeout))
+    return refs
+
+
+def _flush_bound(handles: Sequence[Any], timeout: float | None) -> float:
+    members = [_member_for(h) for h in handles]
+    return (timeout or 0.0) + max((m.timeout for m in members if m is not None), default=CONTROL_TIMEOUT)
 
 
 def _collect_from(handles: Sequence[Any]) -> None:
@@ -613,10 +654,20 @@ async def flush_async(actors: Sequence[Any] | None = None, timeout: float | None
     """The async twin of :func:`flush`."""
     driver = OWNER.driver
     if isinstance(driver, Driver):
-        await _await(driver.leftovers(), "leave step")
+        await _await(driver.leftovers())
     handles = _handles(list(groups().values()) if actors is None else actors)
-    refs = [h.__ray_call__.remote(_worker.flush, timeout) for h in handles]
-    results = await asyncio.gather(*refs, return_exceptions=True)
+    refs = _flush_refs(handles, timeout)
+    futures = [asyncio.wrap_future(r.future()) for r in refs if r is not None]
+    if futures:
+        await asyncio.wait(futures, timeout=_flush_bound(handles, timeout))
+    done = iter(futures)
+    results = [False if r is None else _result(next(done)) for r in refs]
     await asyncio.to_thread(_collect_from, handles)
-    return [r is True for r in results]
+    return results
+
+
+def _result(future: asyncio.Future[Any]) -> bool:
+    if not future.done():
+        return False
+    return not future.cancelled() and future.exception() is None and future.result() is True
 

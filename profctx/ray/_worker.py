@@ -95,6 +95,9 @@ def join(actor: Any, spec: Mapping[str, Any]) -> dict[str, Any]:
         "collect": save_path is not None and not shared,
         # What this process files as (its own configuration may say otherwise than the driver).
         "identity": None if identity is None else [identity.group, identity.rank],
+        # Such a member acts in every step whatever the driver's selection says.
+        "own": own,
+        "engines": bool(OWNER.hooks),
     }
 
 

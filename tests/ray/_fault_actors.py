@@ -1,0 +1,33 @@
+"""Actor classes for the fault tests, in an importable module (Ray loads them by reference)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import ray
+
+import profctx
+
+
+class Member:
+    """Not made remote here: the tests choose sync or threaded (``max_concurrency``) themselves."""
+
+    @ray.method(num_returns=2)
+    @profctx.profiled(role="pair")
+    def pair(self, x: int) -> tuple[int, int]:
+        return x, x + 1
+
+    @ray.method(num_returns=2, max_task_retries=0)
+    @profctx.profiled(role="pair_async")
+    async def pair_async(self, x: int) -> tuple[int, str]:
+        return x, profctx.current().path
+
+    @profctx.profiled(role="work")
+    def work(self) -> int | None:
+        return profctx.current().step
+
+
+def state(actor: Any) -> dict[str, Any]:
+    """Run through ``__ray_call__``: what this member holds and imported."""
+    return {"step": profctx.current().step, "torch": "torch" in sys.modules}

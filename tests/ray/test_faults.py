@@ -1,0 +1,103 @@
+"""Worker groups under faults on a real local Ray cluster: bounded control waits, lost members, lazy backends,
+``@ray.method`` options kept under ``@profiled``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import profctx
+from profctx import _manifest
+
+ray = pytest.importorskip("ray")
+pray = pytest.importorskip("profctx.ray")
+from _fault_actors import Member, state  # noqa: E402 - after the skip: needs ray
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> Any:
+    yield
+    profctx.reset()
+
+
+def test_ray_method_options_stacked_on_profiled_are_kept(ray_cluster: Any, tmp_path: Path) -> None:
+    profctx.configure(steps=[1], mode="role", ranks="all", save_path=tmp_path, tool="recording", warmup=False)
+    sync, threaded = ray.remote(num_cpus=0)(Member).remote(), ray.remote(num_cpus=0)(Member).options(
+        max_concurrency=2).remote()
+    try:
+        pray.group("actor", [sync, threaded])
+        for actor in (sync, threaded):
+            r1, r2 = actor.pair.remote(7)
+            assert ray.get([r1, r2]) == [7, 8]
+            with profctx.profile_step(1):
+                a1, a2 = actor.pair_async.remote(3)
+                assert ray.get([a1, a2]) == [3, "pair_async"]  # still profiled: the role is set
+    finally:
+        for actor in (sync, threaded):
+            ray.kill(actor)
+
+
+def test_only_members_that_act_import_the_backend_and_get_step_control(ray_cluster: Any, tmp_path: Path) -> None:
+    # The driver does not profile; only rank 0 of the group does.
+    profctx.configure(steps=[1], mode="step", ranks={"actor": [0]}, save_path=tmp_path, tool="torch")
+    actors = [ray.remote(num_cpus=0)(Member).remote() for _ in range(2)]
+    try:
+        pray.group("actor", actors)
+        assert [ray.get(a.__ray_call__.remote(state))["torch"] for a in actors] == [True, False]
+        with profctx.profile_step(1):
+            assert [ray.get(a.work.remote()) for a in actors] == [1, None]  # rank 1 is not told
+        assert pray.flush() == [True, True]
+        assert [ray.get(a.__ray_call__.remote(state))["torch"] for a in actors] == [True, False]
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+    records = [r for r in _manifest.read(tmp_path) if r.get("group") == "actor"]
+    assert [(r["rank"], r["steps"], r["status"]) for r in records] == [(0, [1], "ok")]
+
+
+def test_a_frozen_threaded_member_is_lost_once_then_rejoins(ray_cluster: Any, tmp_path: Path) -> None:
+    timeout = 2.0
+    profctx.configure(steps="1:9", mode="step", ranks="all", profile_driver=False, save_path=tmp_path,
+                      tool="recording", warmup=False)
+    actors = [ray.remote(num_cpus=0)(Member).options(max_concurrency=2).remote() for _ in range(2)]
+    try:
+        grp = pray.group("actor", actors, control_timeout=timeout)
+        frozen = grp.members[1]
+        assert frozen.pid is not None and not frozen.main  # threaded: the driver waits for its answers
+        os.kill(frozen.pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            for step in (1, 2, 3, 4):
+                with profctx.profile_step(step):
+                    assert ray.get(actors[0].work.remote()) == step
+            frozen_s = time.monotonic() - t0
+        finally:
+            os.kill(frozen.pid, signal.SIGCONT)
+        # Waited once, at most the timeout (not at every step: that would be 4 x 2 s, and 4 x 300 s before).
+        assert frozen_s < 2 * timeout + 2.0, frozen_s
+        assert frozen.lost is not None and "within 2s" in frozen.lost
+        ray.get(actors[1].__ray_call__.remote(state), timeout=60)  # thawed: it answers again
+        for step in (5, 6, 7):  # 5: it is told to leave step 1 it entered late; 6: it is back
+            with profctx.profile_step(step):
+                ray.get(actors[0].work.remote())
+        assert frozen.lost is None
+        assert ray.get(actors[1].__ray_call__.remote(state))["step"] is None  # it left every step it entered
+        assert pray.flush() == [True, True]
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+    records = _manifest.read(tmp_path)
+    lost = [r for r in records if r.get("lost")]
+    assert [(r["target_group"], r["target_rank"], r["target_pid"], r["step"]) for r in lost] == [
+        ("actor", 1, frozen.pid, 1)]
+    assert "no answer to 'enter step' within 2s" in lost[0]["error"]
+    steps = sorted((r["rank"], r["steps"][0]) for r in records if r.get("group") == "actor")
+    assert [s for r, s in steps if r == 0] == [1, 2, 3, 4, 5, 6, 7]
+    assert [s for r, s in steps if r == 1] == [1, 6, 7]  # step 1 entered late, then back from step 6
