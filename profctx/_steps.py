@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import threading
+from threading import get_ident
 from types import TracebackType
 from typing import Any, final
 
 from ._block import Session, check
 from ._capture import Capture
+from ._errors import ConfigError
 from ._log import warn_once
 from ._owner import OWNER
-from ._scope import ROOT, Scope, split_role
+from ._scope import ROOT, Scope, Unfrozen, merge_tags, role_parts
 
 
 @final
@@ -19,30 +20,50 @@ class Mark:
 
     Read as the process's held step is read (``_scope.ambient``, ``_block.Session``): blocks
     with no step of their own are inside ``scope`` and record into ``target``. ``session`` is
-    ``None`` when the plan could open nothing for it (out of the window): then it only names
-    the scope. :meth:`release` ends this mark and the marks it is nested in (process exit,
-    ``profctx.reset()``).
+    ``None`` when the plan could open nothing for it (out of the window): the mark then only
+    names the scope, built when first read. :meth:`release` ends this mark and the marks it is
+    nested in (process exit, ``profctx.reset()``).
     """
 
-    __slots__ = ("parent", "scope", "session", "target", "thread")
+    __slots__ = ("_scope", "added", "parent", "session", "step", "tags", "target", "thread")
 
     target: Capture | None
 
-    def __init__(self, scope: Scope, session: Session | None, parent: Mark | None) -> None:
-        self.scope = scope
+    def __init__(self, step: int, added: tuple[str, ...], tags: dict[str, Any], session: Session | None,
+                 parent: Mark | None) -> None:
+        self.step = step
+        #: The role parts this mark adds to its parent's path (none for a step).
+        self.added = added
+        self.tags = tags
         self.session = session
         self.parent = parent
+        self._scope: Scope | None = session.scope if session is not None else None
         opened = session.opened if session is not None else None
         target = opened.target if opened is not None else None
         self.target = target if target is not None or parent is None else parent.target
-        self.thread = threading.get_ident()
+        self.thread = get_ident()
+
+    @property
+    def scope(self) -> Scope:
+        """The scope blocks without a step of their own are in while this mark is held."""
+        scope = self._scope
+        if scope is None:
+            base = ROOT if self.parent is None else self.parent.scope
+            new = Unfrozen()
+            new.step = self.step
+            new.roles = base.roles + self.added
+            new._tags = merge_tags(base._tags, self.tags) if self.tags else base._tags
+            new.__class__ = Scope  # type: ignore[assignment]
+            scope = self._scope = new  # type: ignore[assignment]
+        return scope  # type: ignore[return-value]
 
     def pop(self, in_flight: bool) -> None:
         """End this mark alone; its parent becomes the held mark."""
         if OWNER.held is self:
             OWNER.held = self.parent
-        session, self.session = self.session, None
+        session = self.session
         if session is not None:
+            self.session = None
             session.finish(None, in_flight=in_flight)
 
     def release(self, in_flight: bool = False) -> None:
@@ -68,12 +89,6 @@ def pop_all(mark: Mark | None, last: Mark | None, in_flight: bool) -> None:
         raise error
 
 
-def _opens_nothing(step: int, sets_step: bool) -> bool:
-    """Whether a block at ``step`` would open nothing (no runtime, out of the window, nothing pending)."""
-    rt = OWNER.runtime
-    return rt is None or rt.opens_nothing(step, sets_step)
-
-
 @final
 class Steps:
     """Begin and end steps and roles from callback pairs, without a ``with`` block to leak.
@@ -94,19 +109,23 @@ class Steps:
       is what it was. Without the ``with``, a step whose end never comes stays in force until
       the next :meth:`begin`, :meth:`close`, ``profctx.reset()`` or process exit.
 
+    Out of the window (nothing can be captured in the step) only the step is held: roles
+    begun in it are not (``profctx.current()`` shows the step without them), as ``@profiled``
+    skips its role where nothing can be captured; this keeps a step's marks cheaper than one
+    ``profile_step`` block.
+
     Threads and tasks: the held step is process-wide (every thread and task without a step
-    block of its own sees it). Call begin and end on one thread: a capture stops on the thread
-    that started it, so an end called elsewhere stops it at that thread's next block. One
-    ``Steps`` object marks one loop; a ``begin`` on another object ends this one's open step.
-    Inside a Ray worker whose driver holds the step, ``begin`` does nothing (the driver's step
-    stands). Profiling failures are recorded as for ``profile_step``; a bad step or role raises
-    :class:`profctx.ConfigError`.
+    block of its own sees it). Call one object's methods from one thread at a time, the thread
+    that runs the loop: a capture stops on the thread that started it (an end called elsewhere
+    stops it at that thread's next block). One ``Steps`` object marks one loop; a ``begin`` on
+    another object ends this one's open step. Inside a Ray worker whose driver holds the step,
+    ``begin`` does nothing (the driver's step stands). Profiling failures are handled as for
+    ``profile_step``; a bad step or role raises :class:`profctx.ConfigError`.
     """
 
-    __slots__ = ("_lock", "_top")
+    __slots__ = ("_top",)
 
     def __init__(self) -> None:
-        self._lock = threading.RLock()
         #: The innermost mark this object holds (a role, or the step), if any.
         self._top: Mark | None = None
 
@@ -114,7 +133,13 @@ class Steps:
     def step(self) -> int | None:
         """The step begun and not yet ended, if any."""
         top = self._top
-        return None if top is None else top.scope.step
+        return None if top is None else top.step
+
+    @property
+    def live(self) -> bool:
+        """Whether the open step can capture or draw anything (false out of the window, or with no step)."""
+        top = self._top
+        return top is not None and (top.session is not None or top.parent is not None)
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -122,116 +147,121 @@ class Steps:
         top = self._top
         return () if top is None else top.scope.roles
 
-    def begin(self, step: int, **tags: Any) -> Scope:
-        """End any step left open, then enter ``step`` (with ``tags``); return its scope."""
-        step_ = check(step, None)
-        if step_ is None:
-            raise_step(step)
-        with self._lock:
-            self._end(None, in_flight=True)
-            held = OWNER.held
-            if held is not None:
-                if not isinstance(held, Mark):
-                    warn_once("steps-held", "profctx: Steps.begin(%s) ignored: the process already holds step %s "
-                              "(its driver's)", step_, held.scope.step)
-                    return held.scope  # type: ignore[no-any-return]
-                held.release(in_flight=True)  # another Steps object's step, left open
-            mark = self._start(ROOT, step_, None, tags, None)
-            OWNER.held = self._top = mark
-            return mark.scope
+    def begin(self, step: int, **tags: Any) -> None:
+        """End any step left open, then enter ``step`` (with ``tags``)."""
+        if type(step) is not int or step < 0:
+            checked = check(step, None)
+            if checked is None:
+                raise ConfigError("step", step, "Steps.begin needs the step: an integer >= 0")
+            step = checked
+        if self._top is not None:
+            self._end_all(in_flight=True)
+        owner = OWNER
+        held = owner.held
+        if held is not None:
+            if not isinstance(held, Mark):
+                warn_once("steps-held", "profctx: Steps.begin(%s) ignored: the process already holds step %s "
+                          "(its driver's)", step, held.scope.step)
+                return
+            held.release(in_flight=True)  # another Steps object's step, left open
+        rt = owner.runtime
+        if owner.env_read and (rt is None or rt.opens_nothing(step, True)):  # nothing can open: name it only
+            owner.last_step = step
+            mark = Mark(step, (), tags, None, None)
+        else:
+            session = Session(ROOT, step, None, tags)
+            session.context = None  # a held step nests in nothing, whatever the calling task holds
+            session.start_held()
+            mark = Mark(step, (), tags, session, None)
+        owner.held = self._top = mark
 
     def end(self) -> None:
         """End the open step and its roles; do nothing when no step is open."""
-        with self._lock:
-            self._end(None, in_flight=False)
+        if self._top is not None:
+            self._end_all(in_flight=False)
 
-    def begin_role(self, role: str, **tags: Any) -> Scope | None:
-        """Enter ``role`` inside the open step; return its scope (``None``: no step is open).
+    def begin_role(self, role: str, **tags: Any) -> None:
+        """Enter ``role`` inside the open step; do nothing when no step is open.
 
         A role open under the same name is ended first (its end was missed).
         """
-        check(None, role)
-        with self._lock:
+        if type(role) is not str or not role:
+            check(None, role)
+            role_parts(role)  # raises for an empty role
+        top = self._top
+        if top is None or OWNER.held is not top:
+            return
+        rt = OWNER.runtime
+        if top.session is None and top.parent is None and (rt is None or rt.opens_nothing(top.step, False)):
+            return  # out of the window: the step alone is held (see the class notes)
+        parts = role_parts(role)
+        found = self._find(parts)
+        if found is not None:
+            self._end_through(found, in_flight=True)
             top = self._top
-            if top is None or OWNER.held is not top:
-                return None
-            if self._find(role) is not None:
-                self._end(role, in_flight=True)
-                top = self._top
-                assert top is not None
-            mark = self._start(top.scope, None, role, tags, top)
-            OWNER.held = self._top = mark
-            return mark.scope
+            assert top is not None
+        if rt is None or rt.opens_nothing(top.step, False):
+            mark = Mark(top.step, parts, tags, None, top)
+        else:
+            session = Session(top.scope, None, role, tags)
+            session.context = top.target
+            session.start_held()
+            mark = Mark(top.step, parts, tags, session, top)
+        OWNER.held = self._top = mark
 
     def end_role(self, role: str | None = None) -> None:
         """End ``role`` (default: the innermost) and the roles inside it; nothing if it is not open."""
-        with self._lock:
-            if role is None:
-                top = self._top
-                if top is not None and top.parent is not None:
-                    self._end_through(top, in_flight=False)
-            else:
-                self._end(role, in_flight=False)
+        top = self._top
+        if top is None or top.parent is None:
+            return
+        if role is not None:
+            if type(role) is not str:
+                check(None, role)
+            parts = role_parts(role)
+            if top.added != parts:
+                found = self._find(parts)
+                if found is None:
+                    return
+                top = found
+        self._end_through(top, in_flight=False)
 
     def close(self) -> None:
         """End whatever this object holds open (idempotent)."""
-        with self._lock:
-            self._end(None, in_flight=True)
+        if self._top is not None:
+            self._end_all(in_flight=True)
 
     def __enter__(self) -> Steps:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        with self._lock:
-            self._end(None, in_flight=exc_type is not None)
+        if self._top is not None:
+            self._end_all(in_flight=exc_type is not None)
 
     def __repr__(self) -> str:
         return f"Steps(step={self.step!r}, roles={self.roles!r})"
 
     # -- the marks ---------------------------------------------------------------------------
 
-    @staticmethod
-    def _start(parent: Scope, step: int | None, role: str | None, tags: dict[str, Any], under: Mark | None) -> Mark:
-        at = parent.step if step is None else step
-        assert at is not None
-        if _opens_nothing(at, step is not None):  # out of the window: only the scope is held
-            return Mark(parent.child(step, role, tags), None, under)
-        session = Session(parent, step, role, dict(tags))
-        session.context = under.target if under is not None else None  # a held step nests in nothing
-        session.start_held()
-        return Mark(session.scope, session, under)
-
-    def _find(self, role: str) -> Mark | None:
-        """The outermost open role mark that added ``role`` (``"a/b"``: the mark that added both)."""
-        parts = split_role(role)
+    def _find(self, parts: tuple[str, ...]) -> Mark | None:
+        """The outermost open role mark that added ``parts``."""
         found = None
         mark = self._top
         while mark is not None and mark.parent is not None:
-            roles = mark.scope.roles
-            if roles[-len(parts):] == parts and len(mark.parent.scope.roles) == len(roles) - len(parts):
+            if mark.added == parts:
                 found = mark
             mark = mark.parent
         return found
 
-    def _end(self, role: str | None, in_flight: bool) -> None:
-        """End the marks down to ``role``'s (``None``: all, the step included)."""
-        if role is None:
-            top, self._top = self._top, None
-            pop_all(top, None, in_flight)
+    def _end_all(self, in_flight: bool) -> None:
+        top, self._top = self._top, None
+        if top is not None and top.session is None and top.parent is None:  # a step out of the window
+            if OWNER.held is top:
+                OWNER.held = None
             return
-        target = self._find(role)
-        if target is not None:
-            self._end_through(target, in_flight)
+        pop_all(top, None, in_flight)
 
     def _end_through(self, target: Mark, in_flight: bool) -> None:
         """End the marks from the innermost up to and including ``target``."""
         top, self._top = self._top, target.parent
         pop_all(top, target, in_flight)
-
-
-def raise_step(step: Any) -> None:
-    """Refuse a missing step (``begin`` needs one)."""
-    from ._errors import ConfigError
-
-    raise ConfigError("step", step, "Steps.begin needs the step: an integer >= 0")

@@ -13,17 +13,29 @@ from profctx.testing import capture
 
 def test_begin_end_marks_the_step_and_roles_for_blocks_without_their_own() -> None:
     steps = profctx.Steps()
-    steps.begin(4, run="a")
-    steps.begin_role("train")
-    with profctx.profile_step(role="fwd"):
-        scope = profctx.current()
-    assert (scope.step, scope.roles, dict(scope.tags)) == (4, ("train", "fwd"), {"run": "a"})
-    assert steps.step == 4 and steps.roles == ("train",)
-    steps.end_role("train")
-    assert profctx.current().roles == ()
-    steps.end()
-    assert profctx.current() == profctx.Scope()
-    assert steps.step is None
+    with capture(steps=[4]):
+        steps.begin(4, run="a")
+        steps.begin_role("train", phase=1)
+        with profctx.profile_step(role="fwd"):
+            scope = profctx.current()
+        assert (scope.step, scope.roles, dict(scope.tags)) == (4, ("train", "fwd"), {"run": "a", "phase": 1})
+        assert steps.step == 4 and steps.roles == ("train",) and steps.live
+        steps.end_role("train")
+        assert profctx.current().roles == ()
+        steps.end()
+        assert profctx.current() == profctx.Scope()
+        assert steps.step is None and not steps.live
+
+
+def test_out_of_the_window_only_the_step_is_held() -> None:
+    steps = profctx.Steps()
+    with capture(steps=[4]):
+        steps.begin(3, run="a")
+        steps.begin_role("train")
+        assert (profctx.current().step, profctx.current().roles, steps.live) == (3, (), False)
+        steps.end_role("train")
+        steps.end()
+        assert profctx.current() == profctx.Scope()
 
 
 def test_a_step_block_of_its_own_wins_over_the_held_step() -> None:
@@ -40,7 +52,7 @@ def test_end_without_begin_and_end_role_of_a_role_not_open_do_nothing() -> None:
     steps.end()
     steps.end_role("opt")
     steps.end_role()
-    assert steps.begin_role("opt") is None  # outside a step: nothing
+    steps.begin_role("opt")  # outside a step: nothing
     assert profctx.current() == profctx.Scope()
     steps.begin(1)
     steps.end_role("never")

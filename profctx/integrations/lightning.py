@@ -13,7 +13,6 @@ import re
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from lightning.pytorch.profilers import Profiler
 
@@ -64,61 +63,136 @@ class ProfctxProfiler(Profiler):  # type: ignore[misc]
         self.sources = frozenset(chosen)
         self.with_summary = summary
         self._batches = 0
-        #: One entry per open action: (action, the role it began or None, its start time).
+        #: One entry per open action inside the step: (action, the role it began or None, its start time).
         self._open: list[tuple[str, str | None, float]] = []
+        #: The roles open inside the step, outermost first.
+        self._names: list[str] = []
         #: name -> [calls, total seconds], in first-seen order ("step" first).
         self._times: dict[str, list[float]] = {}
+        #: Action name -> its role (``None``: not a role), parsed once.
+        self._roles: dict[str, str | None] = {}
+        #: Whether hooks are ignored (no step open, or one out of the window with no summary).
+        self._quiet = True
+        #: Whether the open step can capture (roles are begun in profctx).
+        self._live = False
+        self._step_start = 0.0
+        #: Out of the window, with the summary: the start time of each open action, by name.
+        self._starts: dict[str, float] = {}
 
     # -- Lightning's protocol -----------------------------------------------------------------
 
     def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
         super().setup(stage, local_rank, log_dir)
-        self._safely(self.steps.close)
+        self._end_step()
         self._batches = 0
-        self._open = []
         self._times = {}
 
     def start(self, action_name: str) -> None:
-        t0 = time.perf_counter()
-        role: str | None = None
-        try:
-            if action_name == STEP_ACTION:
-                self._batches += 1
-                self.steps.begin(self._batches)
-                role = "step"
-            elif self.steps.step is not None:
-                match = _ACTION.match(action_name)
-                if match is not None and match["source"] in self.sources:
-                    hook = match["hook"]
-                    roles = self.steps.roles
-                    if not roles or roles[-1] != hook:
-                        self.steps.begin_role(hook)
-                        role = hook
-        except Exception as exc:  # noqa: BLE001 - never breaks training (re-raised under on_error="raise")
-            self._failed(exc)
-        self._open.append((action_name, role, t0))
+        if action_name == STEP_ACTION:
+            self._begin_step()
+            return
+        if self._quiet:  # outside a step, or a step out of the window with no summary to keep
+            return
+        if not self._live:  # out of the window: only the summary's clock
+            self._starts[action_name] = time.perf_counter()
+            return
+        role = self._roles.get(action_name, "")
+        if role == "":
+            role = self._roles[action_name] = self._role_of(action_name)
+        if role is not None:
+            roles = self._names
+            if roles and roles[-1] == role:
+                role = None  # the strategy's hook calling the module's hook of the same name: one role
+            else:
+                roles.append(role)
+                if self._live:
+                    try:
+                        self.steps.begin_role(role)
+                    except Exception as exc:  # noqa: BLE001 - never breaks training (re-raised under on_error="raise")
+                        _failed(exc)
+        self._open.append((action_name, role, time.perf_counter() if role is not None and self.with_summary else 0.0))
 
     def stop(self, action_name: str) -> None:
-        now = time.perf_counter()
-        for index in range(len(self._open) - 1, -1, -1):  # the innermost open action of that name
-            if self._open[index][0] == action_name:
-                break
-        else:
-            return  # a stop without its start: nothing to end
-        _, role, t0 = self._open.pop(index)
+        if action_name == STEP_ACTION:
+            self._end_step()
+            return
+        if self._quiet:
+            return
+        if not self._live:
+            t0 = self._starts.pop(action_name, None)
+            if t0 is not None:
+                role = self._roles.get(action_name, "")
+                if role == "":
+                    role = self._roles[action_name] = self._role_of(action_name)
+                if role is not None:
+                    entry = self._times.get(role)
+                    if entry is None:
+                        entry = self._times[role] = [0, 0.0]
+                    entry[0] += 1
+                    entry[1] += time.perf_counter() - t0
+            return
+        opened = self._open
+        if opened and opened[-1][0] == action_name:
+            _, role, t0 = opened.pop()
+        else:  # not the innermost: Lightning nests its actions, so only a stop without its start
+            for index in range(len(opened) - 1, -1, -1):
+                if opened[index][0] == action_name:
+                    break
+            else:
+                return
+            _, role, t0 = opened.pop(index)
         if role is None:
             return
         if self.with_summary:
-            entry = self._times.setdefault(role, [0, 0.0])
+            entry = self._times.get(role)
+            if entry is None:
+                entry = self._times[role] = [0, 0.0]
             entry[0] += 1
-            entry[1] += now - t0
-        try:
-            if role == "step":
-                self.steps.end()
-            else:
+            entry[1] += time.perf_counter() - t0
+        if self._names and self._names[-1] == role:
+            self._names.pop()
+        if self._live:
+            try:
                 self.steps.end_role(role)
+            except Exception as exc:  # noqa: BLE001 - never breaks training (re-raised under on_error="raise")
+                _failed(exc)
+
+    def _begin_step(self) -> None:
+        if self._open or self._names:  # a step whose stop never came
+            self._end_step()
+        self._batches += 1
+        try:
+            self.steps.begin(self._batches)
         except Exception as exc:  # noqa: BLE001 - never breaks training (re-raised under on_error="raise")
-            self._failed(exc)
+            _failed(exc)
+        self._live = self.steps.live
+        self._quiet = not (self._live or self.with_summary)
+        self._step_start = time.perf_counter() if self.with_summary else 0.0
+
+    def _end_step(self) -> None:
+        if self.with_summary and self._step_start:
+            self._add("step", time.perf_counter() - self._step_start)
+        self._step_start = 0.0
+        self._starts = {}
+        self._open = []
+        self._names = []
+        self._quiet = True
+        self._live = False
+        try:
+            self.steps.end()
+        except Exception as exc:  # noqa: BLE001 - never breaks training (re-raised under on_error="raise")
+            _failed(exc)
+
+    def _role_of(self, action_name: str) -> str | None:
+        match = _ACTION.match(action_name)
+        return match["hook"] if match is not None and match["source"] in self.sources else None
+
+    def _add(self, name: str, seconds: float) -> None:
+        entry = self._times.get(name)
+        if entry is None:
+            entry = self._times[name] = [0, 0.0]
+        entry[0] += 1
+        entry[1] += seconds
 
     def summary(self) -> str:
         """Return the steps' and roles' wall times over this ``fit()`` (empty without ``summary``)."""
@@ -132,21 +206,13 @@ class ProfctxProfiler(Profiler):  # type: ignore[misc]
         return os.linesep + os.linesep.join(lines) + os.linesep
 
     def teardown(self, stage: str | None) -> None:
-        self._safely(self.steps.close)
-        self._open = []
+        self._end_step()
         super().teardown(stage)
 
-    # -- failures ------------------------------------------------------------------------------
 
-    def _safely(self, action: Any) -> None:
-        try:
-            action()
-        except Exception as exc:  # noqa: BLE001 - never breaks training (re-raised under on_error="raise")
-            self._failed(exc)
-
-    @staticmethod
-    def _failed(exc: Exception) -> None:
-        config = OWNER.config
-        if config is not None and config.on_error == "raise":
-            raise exc
-        warn_once(f"lightning:{type(exc).__name__}", "profctx: the Lightning profiler failed: %s", exc)
+def _failed(exc: Exception) -> None:
+    """Log a profiling failure once (raise it under ``on_error="raise"``): never break training."""
+    config = OWNER.config
+    if config is not None and config.on_error == "raise":
+        raise exc
+    warn_once(f"lightning:{type(exc).__name__}", "profctx: the Lightning profiler failed: %s", exc)

@@ -65,50 +65,65 @@ class ProfctxCallback(TrainerCallback):  # type: ignore[misc]
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        **kwargs: Any) -> None:
-        self._safely(self.steps.close)  # a step a previous train() left open when it raised
+        try:
+            self.steps.close()  # a step a previous train() left open when it raised
+        except Exception as exc:  # noqa: BLE001 - never breaks training (re-raised under on_error="raise")
+            _failed(exc)
 
     def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                       **kwargs: Any) -> None:
-        def begin() -> None:
-            self.steps.begin(state.global_step + 1)
-            if self.micro_batch_role is not None:
-                self.steps.begin_role(self.micro_batch_role)
-
-        self._safely(begin)
+        try:
+            steps = self.steps
+            steps.begin(state.global_step + 1)
+            if self.micro_batch_role is not None and steps.live:
+                steps.begin_role(self.micro_batch_role)
+        except Exception as exc:  # noqa: BLE001 - never breaks training (re-raised under on_error="raise")
+            _failed(exc)
 
     def on_substep_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        **kwargs: Any) -> None:
         role = self.micro_batch_role
-        if role is not None:
-            def next_micro_batch() -> None:
+        if role is not None and self.steps.live:
+            try:
                 self.steps.end_role(role)
                 self.steps.begin_role(role)
-
-            self._safely(next_micro_batch)
+            except Exception as exc:  # noqa: BLE001 - never breaks training (re-raised under on_error="raise")
+                _failed(exc)
 
     def on_pre_optimizer_step(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                               **kwargs: Any) -> None:
-        def begin() -> None:
-            if self.micro_batch_role is not None:
-                self.steps.end_role(self.micro_batch_role)
-            if self.optimizer_role is not None:
-                self.steps.begin_role(self.optimizer_role)
-
-        self._safely(begin)
+        steps = self.steps
+        if steps.live:
+            try:
+                if self.micro_batch_role is not None:
+                    steps.end_role(self.micro_batch_role)
+                if self.optimizer_role is not None:
+                    steps.begin_role(self.optimizer_role)
+            except Exception as exc:  # noqa: BLE001 - never breaks training (re-raised under on_error="raise")
+                _failed(exc)
 
     def on_optimizer_step(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                           **kwargs: Any) -> None:
         role = self.optimizer_role
-        if role is not None:
-            self._safely(lambda: self.steps.end_role(role))
+        if role is not None and self.steps.live:
+            try:
+                self.steps.end_role(role)
+            except Exception as exc:  # noqa: BLE001 - never breaks training (re-raised under on_error="raise")
+                _failed(exc)
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                     **kwargs: Any) -> None:
-        self._safely(self.steps.end)
+        try:
+            self.steps.end()
+        except Exception as exc:  # noqa: BLE001 - never breaks training (re-raised under on_error="raise")
+            _failed(exc)
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      **kwargs: Any) -> None:
-        self._safely(self.steps.close)
+        try:
+            self.steps.close()
+        except Exception as exc:  # noqa: BLE001 - never breaks training (re-raised under on_error="raise")
+            _failed(exc)
 
     # -- the guarantee around train() ----------------------------------------------------------
 
@@ -123,12 +138,10 @@ class ProfctxCallback(TrainerCallback):  # type: ignore[misc]
                  tb: TracebackType | None) -> None:
         self.steps.__exit__(exc_type, exc, tb)
 
-    @staticmethod
-    def _safely(action: Any) -> None:
-        try:
-            action()
-        except Exception as exc:
-            config = OWNER.config
-            if config is not None and config.on_error == "raise":
-                raise
-            warn_once(f"hf-callback:{type(exc).__name__}", "profctx: the Trainer callback failed: %s", exc)
+
+def _failed(exc: Exception) -> None:
+    """Log a profiling failure once (raise it under ``on_error="raise"``): never break training."""
+    config = OWNER.config
+    if config is not None and config.on_error == "raise":
+        raise exc
+    warn_once(f"hf-callback:{type(exc).__name__}", "profctx: the Trainer callback failed: %s", exc)

@@ -65,7 +65,8 @@ def test_fit_step_mode_one_capture_per_step_hooks_as_ranges(tmp_path: Path) -> N
         assert {"training_step", "loss", "backward", "on_before_optimizer_step"} <= set(c.ranges)
     assert net.losses == bare.losses and len(bare.losses) == 4
     assert [s.step for s in net.seen] == [1, 2, 3, 4]
-    assert net.seen[0].roles == ("optimizer_step", "training_step", "loss")
+    assert net.seen[1].roles == ("optimizer_step", "training_step", "loss")  # step 2: in the window
+    assert net.seen[0].roles == ("loss",)  # out of the window only the step is held
     assert profctx.current() == profctx.Scope()
 
 
