@@ -476,8 +476,9 @@ def yaml_load(text: str, *, origin: str = "<text>") -> Any:
         raise ConfigError("config", origin, "YAML needs PyYAML: pip install 'profctx[yaml]'") from None
     from ._yaml import SliceSafeLoader
 
-    loader = SliceSafeLoader(text)
+    loader = None
     try:
+        loader = SliceSafeLoader(text)  # refuses a character YAML does not allow (a NUL) at once
         return loader.get_single_data()
     except yaml.YAMLError as exc:
         raise ConfigError("config", origin, f"valid YAML ({exc})") from None
@@ -486,7 +487,8 @@ def yaml_load(text: str, *, origin: str = "<text>") -> Any:
     except RecursionError:
         raise ConfigError("config", origin, "YAML nested less deeply") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 # -- helpers ----------------------------------------------------------------------------------

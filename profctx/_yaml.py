@@ -1,9 +1,16 @@
-"""A YAML loader for configs: ``yaml.SafeLoader`` without YAML 1.1's base-60 numbers.
+"""YAML loaders for configs: ``yaml.SafeLoader`` bounded against alias bombs, and without base-60 numbers.
+
+An alias names a node defined once, and the loaded data shares it; a few hundred bytes of
+aliases of aliases (the "billion laughs") stand for billions of nodes, and whatever walks or
+copies the data (OmegaConf, a config check) then never ends. :class:`BoundedSafeLoader`
+refuses a document that stands for more than :data:`MAX_NODES` nodes, its aliases counted as
+the copies they are; every YAML reader of profctx uses it (``configure()`` through
+:class:`SliceSafeLoader`, the verl readers and ``profctx verl-convert`` through :func:`check_aliases`).
 
 YAML 1.1 reads an unquoted ``3:6`` as 3*60 + 6 = 186 and ``1:30.5`` as 90.5. In a profiler
 config every such scalar is a step slice (``steps: 3:6``), never a clock reading, so an
-untagged one stays a string here; one forced with ``!!int`` or ``!!float`` is refused.
-Imported only when a YAML file is read: PyYAML is an optional dependency.
+untagged one stays a string in :class:`SliceSafeLoader`; one forced with ``!!int`` or ``!!float``
+is refused. Imported only when a YAML file is read: PyYAML is an optional dependency.
 """
 
 from __future__ import annotations
@@ -14,9 +21,66 @@ import yaml
 
 _NUMBER_TAGS: Final = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
 _STR_TAG: Final = "tag:yaml.org,2002:str"
+#: Nodes a YAML document may stand for, each alias counted as a copy of the node it names (a
+#: verl trainer config holds a few thousand).
+MAX_NODES: Final = 200_000
 
 
-class SliceSafeLoader(yaml.SafeLoader):
+class BoundedSafeLoader(yaml.SafeLoader):
+    """Load like ``yaml.safe_load``; refuse a document whose aliases expand it past :data:`MAX_NODES` nodes.
+
+    The refusal is a ``yaml.composer.ComposerError`` (a ``yaml.YAMLError``), raised before any
+    value is built.
+    """
+
+    def compose_document(self) -> Any:
+        """Compose the document, then count the nodes it stands for."""
+        node = super().compose_document()  # type: ignore[no-untyped-call]
+        if node is not None and expanded(node) > MAX_NODES:
+            raise yaml.composer.ComposerError(
+                None, None, f"the document stands for over {MAX_NODES} nodes through its aliases (an alias bomb?)",
+                node.start_mark)
+        return node
+
+
+def expanded(root: yaml.Node) -> int:
+    """Return how many nodes ``root`` stands for, a shared node counted at each use (capped past MAX_NODES)."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, ready = stack.pop()
+        if id(node) in sizes:
+            continue
+        children = _children(node)
+        if ready:
+            sizes[id(node)] = min(1 + sum(sizes[id(child)] for child in children), MAX_NODES + 1)
+        else:
+            stack.append((node, True))
+            stack.extend((child, False) for child in children if id(child) not in sizes)
+    return sizes[id(root)]
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
+def check_aliases(text: str) -> None:
+    """Parse YAML ``text`` (no value built) and raise ``yaml.YAMLError`` if it is invalid or an alias bomb.
+
+    For a reader with a loader of its own (OmegaConf's): check first, then let it load.
+    """
+    loader = BoundedSafeLoader(text)
+    try:
+        loader.get_single_node()
+    finally:
+        loader.dispose()  # type: ignore[no-untyped-call]
+
+
+class SliceSafeLoader(BoundedSafeLoader):
     """Load like ``yaml.safe_load``, except that no number is read from ``a:b`` text."""
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:

@@ -85,6 +85,9 @@ def load(source: str, overrides: list[str]) -> Any:
     path = Path(source)
     try:
         if path.is_file():
+            from .._yaml import check_aliases
+
+            check_aliases(path.read_text(encoding="utf-8"))  # OmegaConf would expand an alias bomb for ever
             cfg = OmegaConf.load(path)
             if overrides:
                 cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(overrides))

@@ -68,9 +68,11 @@ def _to_plain(value: object) -> object:
 def _read_yaml(path: Path) -> dict[str, Any]:
     import yaml
 
+    from .._yaml import BoundedSafeLoader
+
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=BoundedSafeLoader)  # a SafeLoader
+    except (OSError, yaml.YAMLError, ValueError, RecursionError) as exc:  # ValueError: a NUL byte in the path
         raise ConfigError("verl", str(path), f"a readable verl YAML file ({exc})") from None
     if not isinstance(data, dict):
         raise ConfigError("verl", str(path), "a YAML mapping (a verl trainer config or its profiler blocks)")
