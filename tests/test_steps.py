@@ -148,3 +148,25 @@ def test_a_bad_step_is_refused(step: object) -> None:
     with pytest.raises(profctx.ConfigError, match="step"):
         profctx.Steps().begin(step)  # type: ignore[arg-type]
     assert profctx.current() == profctx.Scope()
+
+
+def test_a_step_left_open_at_process_exit_is_written(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import profctx
+        profctx.configure(steps=[1], tool="recording", save_path={str(tmp_path)!r}, warmup=False)
+        steps = profctx.Steps()
+        steps.begin(1)
+        steps.begin_role("train")
+        raise SystemExit(3)  # no end, no close
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stderr
+    from profctx import manifest
+
+    records = manifest.read(tmp_path)
+    assert [(r.steps, r.status) for r in records] == [((1,), "ok")]
+    assert [f.path.endswith(".recording.json") for f in records[0].files] == [True]

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 pytest.importorskip("transformers")
+pytest.importorskip("accelerate")  # the Trainer needs it
 torch = pytest.importorskip("torch")
 
 import profctx  # noqa: E402
