@@ -180,3 +180,20 @@ def test_grpo_without_the_with_the_next_train_closes_the_dead_step(tmp_path: Pat
 
 def _names(caps: list[Captured]) -> list[str | None]:
     return [c.role for c in caps]
+
+
+@pytest.mark.slow
+def test_a_two_process_torchrun_job_captures_each_rank_at_the_same_steps(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from profctx import manifest
+
+    job = Path(__file__).with_name("hf_torchrun_job.py")
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(job), str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = manifest.read(tmp_path)
+    assert sorted((r.rank, r.steps, r.status, r.world_size) for r in records) == [
+        (rank, (step,), "ok", 2) for rank in (0, 1) for step in (2, 3)]
+    assert len({r.run for r in records}) == 1  # one run id for the job (torchrun's)
