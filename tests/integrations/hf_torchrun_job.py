@@ -1,6 +1,6 @@
 """One rank of a 2-process torchrun job: the Hugging Face ``Trainer`` with ``ProfctxCallback`` (DDP over gloo).
 
-Run by ``tests/integrations/test_transformers.py``: ``torchrun --standalone --nproc_per_node=2 hf_torchrun_job.py SAVE``.
+Run by ``tests/integrations/test_transformers.py`` through ``torchrun --standalone --nproc_per_node=2``.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import profctx  # noqa: E402
-from profctx.integrations.transformers import ProfctxCallback  # noqa: E402
-from tests.integrations import hf_models  # noqa: E402
+import profctx
+from profctx.integrations.transformers import ProfctxCallback
+from tests.integrations import hf_models
 
 
 def main(save: str) -> None:
