@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from itertools import compress, repeat
 from typing import Any, Final
 
 try:
@@ -102,6 +103,8 @@ else:  # pragma: no cover - the same shape without msgspec
     _EVENTS = _HEADS = _RAWS = None
     _MSGSPEC_ERRORS = ()
 
+#: The fields of :class:`Event`, in order.
+FIELDS: Final = ("ph", "name", "cat", "ts", "dur", "pid", "tid")
 #: Where msgspec's error message says the data went wrong.
 _BYTE: Final = re.compile(r"\(byte (\d+)\)")
 
@@ -152,16 +155,30 @@ def as_event(value: Any) -> Event | None:
     """
     if type(value) is not dict:
         return None
-    name = value.get("name")
-    return Event(
-        ph=_str(value.get("ph")),
-        name=name if type(name) is str or name is None else str(name),
-        cat=_str(value.get("cat")),
-        ts=_number(value.get("ts")),
-        dur=_number(value.get("dur")),
-        pid=_ident(value.get("pid")),
-        tid=_ident(value.get("tid")),
-    )
+    return checked(_loose(value))
+
+
+def _loose(value: dict[str, Any]) -> Event:
+    return Event(*map(value.get, FIELDS))
+
+
+def checked(event: Event) -> Event:
+    """Return ``event`` (from an :class:`Unchecked` batch) with each field of another type than the struct's
+    made as :func:`as_event` makes it."""
+    name = event.name
+    event.ph = _str(event.ph)
+    event.name = name if type(name) is str or name is None else str(name)
+    event.cat = _str(event.cat)
+    event.ts = _number(event.ts)
+    event.dur = _number(event.dur)
+    event.pid = _ident(event.pid)
+    event.tid = _ident(event.tid)
+    return event
+
+
+class Unchecked(list):  # type: ignore[type-arg] # list[dict[str, Any]]: parsed events, fields of any type
+    """The events of a slice as the fallback parser made them: dicts, whose fields may be of any type
+    (checking each costs more than the reader's own loop). :func:`as_event` makes one an :class:`Event`."""
 
 
 class Heads(list):  # type: ignore[type-arg] # list[Head]: msgspec's decoded list, marked as heads
@@ -181,8 +198,11 @@ def _parse(data: bytes) -> list[Any]:
     return value
 
 
-def events(data: bytes) -> list[Event]:
+def events(data: bytes) -> list[Any]:
     """Return the events of the JSON array ``data``, values that are not objects left out.
+
+    :class:`Event` structs when msgspec takes the slice, else (another type in some field, no
+    msgspec) an :class:`Unchecked` list of the parsed dicts.
 
     Raise :class:`MalformedError` (a ``ValueError``) when ``data`` is not valid JSON.
     """
@@ -191,7 +211,8 @@ def events(data: bytes) -> list[Event]:
             return _EVENTS.decode(data)  # type: ignore[no-any-return]
         except _MSGSPEC_ERRORS:
             pass  # another type in some event, or JSON only the fallback parser takes: parse it as values
-    return [e for e in map(as_event, _parse(data)) if e is not None]
+    values = _parse(data)
+    return Unchecked(compress(values, map(isinstance, values, repeat(dict))))
 
 
 def heads(data: bytes) -> list[Head] | None:

@@ -20,7 +20,7 @@ import gc
 import math
 import re
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import compress, islice, repeat
 from operator import add, attrgetter, eq, gt
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from .._plan import RANGES_KEY
-from .._tracedecode import Event, as_event, events
+from .._tracedecode import Event, Unchecked, as_event, events
 from .._tracejson import EVENTS, TraceFormatError, TraceStream
 
 #: Categories of device activity (CUDA kernels and copies; torch_npu uses the same names in its JSON).
@@ -39,8 +39,10 @@ RANGE_CATS: Final = frozenset({"user_annotation"})
 IGNORED_CATS: Final = frozenset({"Trace", "gpu_user_annotation"})
 #: Categories an event of the batch path may not have: those the loop over each event handles apart.
 _OPERATOR_ONLY: Final = DEVICE_CATS | RANGE_CATS | IGNORED_CATS
-_PH, _CAT, _NAME, _TS, _DUR = (attrgetter(f) for f in ("ph", "cat", "name", "ts", "dur"))
-_WHERE: Final = attrgetter("pid", "tid")
+_FIELD: Final = {f: attrgetter(f) for f in ("ph", "cat", "name", "ts", "dur", "pid", "tid")}
+#: Types an unchecked batch's times, and its pid, tid and category, may have for the batch path.
+_NUMBERS: Final = frozenset({float, int})
+_ID_TYPES: Final = frozenset({int, str, type(None)})
 #: Names of step markers: torch's (``ProfilerStep#N``, drawn by profctx too) and older profctx's ``step N``.
 STEP_MARKER: Final = re.compile(r"(?:ProfilerStep#|step )(-?[0-9]+)")
 
@@ -118,14 +120,17 @@ def _read(path: str | Path, root: str | Path | None) -> TraceFigures:
                     continue
                 if stream.raw is None:  # values decoded one at a time are plain JSON values
                     batch = [e for e in map(as_event, batch) if e is not None]
+                unchecked = type(batch) is Unchecked  # the fallback parser's dicts: fields of any type
                 # The complete events, picked in C (most of a trace is other phases only in metadata).
-                batch = list(compress(batch, map(eq, map(_PH, batch), repeat("X"))))
-                taken = _operators(batch, names, threads)
+                batch = list(compress(batch, map(eq, _column(batch, "ph", unchecked), repeat("X"))))
+                taken = _operators(batch, names, threads, unchecked)
                 if taken is not None:
                     figures.events += len(batch)
                     lo = min(lo, taken[0])
                     hi = max(hi, taken[1])
                     continue
+                if unchecked:
+                    batch = [e for e in map(as_event, batch) if e is not None]
                 for event in batch:
                     ts = event.ts
                     dur = event.dur
@@ -184,25 +189,39 @@ def _read(path: str | Path, root: str | Path | None) -> TraceFigures:
     return figures
 
 
-def _operators(batch: list[Event], names: dict[str, int], threads: dict[tuple[Any, Any], _Thread]
-               ) -> tuple[float, float] | None:
+def _operators(batch: list[Event], names: dict[str, int], threads: dict[tuple[Any, Any], _Thread],
+               unchecked: bool = False) -> tuple[float, float] | None:
     """Add a batch of complete events that are all operators of one thread, with times and names, to its
     thread; return the batch's first start and last end. Return ``None`` (nothing added) for any other batch.
 
     The common batch of a trace, taken in a few passes in C rather than the loop over each event.
+    ``unchecked``: the fields may be of any type (checked here, in C, for the whole batch).
     """
     if not batch:
         return None
-    where = set(map(_WHERE, batch))
-    if len(where) != 1 or not _OPERATOR_ONLY.isdisjoint(set(map(_CAT, batch))):
+    try:
+        where = set(zip(_column(batch, "pid", unchecked), _column(batch, "tid", unchecked), strict=True))
+        cats = set(_column(batch, "cat", unchecked))
+    except TypeError:  # a pid, tid or category that is not hashable: the loop over each event names it
         return None
-    starts = list(map(_TS, batch))
-    durations = list(map(_DUR, batch))
-    labels = list(map(_NAME, batch))
-    if None in starts or None in durations or None in labels:
+    if len(where) != 1 or not _OPERATOR_ONLY.isdisjoint(cats):
         return None
-    if not (math.isfinite(math.fsum(starts)) and math.isfinite(math.fsum(durations))):
-        return None  # a time that is not a number: the loop over each event takes it as it always has
+    starts = list(_column(batch, "ts", unchecked))
+    durations = list(_column(batch, "dur", unchecked))
+    labels = list(_column(batch, "name", unchecked))
+    if unchecked:
+        key = next(iter(where))
+        if (not set(map(type, starts)).union(map(type, durations)) <= _NUMBERS
+                or set(map(type, labels)) != {str} or not _ID_TYPES.issuperset(map(type, key))
+                or not _ID_TYPES.issuperset(map(type, cats))):
+            return None
+    elif None in starts or None in durations or None in labels:
+        return None
+    try:
+        if not (math.isfinite(math.fsum(starts)) and math.isfinite(math.fsum(durations))):
+            return None  # a time that is not a number: the loop over each event takes it as it always has
+    except OverflowError:  # an integer past any float
+        return None
     key = where.pop()
     thread = threads.get(key)
     if thread is None:
@@ -214,6 +233,11 @@ def _operators(batch: list[Event], names: dict[str, int], threads: dict[tuple[An
     thread.name.extend(map(names.__getitem__, labels))
     thread.kind.extend(bytes(len(batch)))
     return min(starts), max(map(add, starts, durations))
+
+
+def _column(batch: list[Any], field: str, unchecked: bool) -> Iterator[Any]:
+    """Iterate over one field of every event of ``batch`` (structs, or dicts when ``unchecked``), in C."""
+    return map(dict.get, batch, repeat(field)) if unchecked else map(_FIELD[field], batch)
 
 
 def _classify(name: str, drawn: set[str] | None) -> int:

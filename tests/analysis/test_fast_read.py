@@ -48,12 +48,16 @@ def test_typed_decoder_and_codec_read_what_the_plain_parser_reads(tmp_path: Path
     assert fast[-1] is None and fast[1] > 6000
     assert any(name == "12" for (_, _, name) in fast[2])  # a name that is a number is read as its text
     assert not any(name in ("aten::odd", "aten::bool") for (_, _, name) in fast[2])  # a time that is no number
+    # Without msgspec and isal: the fallback parser's unchecked batches, checked in C or event by event.
+    with monkeypatch.context() as patched:
+        for attr in ("_EVENTS", "_HEADS", "_RAWS"):
+            patched.setattr(_tracedecode, attr, None)
+        patched.setattr(_codec, "_isal", None)
+        assert _figures(path) == fast
+        patched.setattr(_trace, "_operators", lambda *args: None)
+        assert _figures(path) == fast
     # Batches of one thread's operators are taken in C; the loop over each event must agree.
     monkeypatch.setattr(_trace, "_operators", lambda *args: None)
-    assert _figures(path) == fast
-    for attr in ("_EVENTS", "_HEADS", "_RAWS"):
-        monkeypatch.setattr(_tracedecode, attr, None)
-    monkeypatch.setattr(_codec, "_isal", None)
     assert _figures(path) == fast
 
 
