@@ -341,7 +341,10 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
     def __enter__(self) -> Scope:
         # A held step (a Ray worker inside its driver's step) nests blocks under it: Session does that.
         owner = OWNER
-        if owner.env_read and owner.held is None and self._entered is None:
+        held = owner.held
+        # A step marked by ``profctx.Steps`` out of the window (its ``session`` is None) opens nothing
+        # either: such blocks take the fast path too, and ``current()`` adds the held step when read.
+        if owner.env_read and (held is None or held.session is None) and self._entered is None:
             step = self._step
             role = self._role
             if (step is not None and (type(step) is not int or step < 0)) or (
@@ -355,7 +358,10 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
             # this path, so the test and the child scope are written out here (no Python call).
             rt = owner.runtime
             parent = SCOPE.get()
-            if rt is None or (not rt.deferred and (parent.step if step is None else step) not in rt.in_window
+            at = parent.step if step is None else step
+            if at is None and held is not None:
+                at = held.step
+            if rt is None or (not rt.deferred and at not in rt.in_window
                               and (step is None or rt.run is None)):  # rt.opens_nothing(...), written out
                 tags = self._tags
                 new = Unfrozen()
@@ -368,7 +374,7 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
                 new.__class__ = Scope  # type: ignore[assignment]
                 self._entered = SCOPE.set(new)  # type: ignore[arg-type]
                 return new  # type: ignore[return-value]
-            if step is None and role is not None:
+            if step is None and role is not None and held is None:
                 # A role that opens nothing, or is a range of a live capture: drawn here (no Session).
                 scope = parent.child(None, role, self._tags)
                 capture = CONTEXT.get()

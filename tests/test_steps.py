@@ -33,6 +33,8 @@ def test_out_of_the_window_only_the_step_is_held() -> None:
         steps.begin(3, run="a")
         steps.begin_role("train")
         assert (profctx.current().step, profctx.current().roles, steps.live) == (3, (), False)
+        with profctx.profile_step(role="fwd"):  # a block of the user's, inside the held step
+            assert profctx.current() == profctx.Scope(3, ("fwd",), {"run": "a"})
         steps.end_role("train")
         steps.end()
         assert profctx.current() == profctx.Scope()
