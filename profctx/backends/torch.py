@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .. import _codec
 from .._errors import ConfigError
 from .._files import create, sweep, working_folder
 from .._log import warn_once
@@ -208,6 +207,8 @@ def _write(prof: Any, spec: CaptureSpec, final: Path, level: int) -> Sequence[Pa
     Every file object is closed on every path (a failed write holds no disk space once it returns),
     and the working folder is removed whatever happens.
     """
+    from .. import _codec  # gzip, zlib and isal: imported by the first trace written, not by configure()
+
     sweep(spec.folder)  # what writers killed mid-write left here
     with working_folder(spec.folder) as (folder_fd, work_fd, work_path):
         prof.export_chrome_trace(os.path.join(work_path, "trace"))

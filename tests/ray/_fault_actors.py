@@ -30,4 +30,5 @@ class Member:
 
 def state(actor: Any) -> dict[str, Any]:
     """Run through ``__ray_call__``: what this member holds and imported."""
-    return {"step": profctx.current().step, "torch": "torch" in sys.modules}
+    return {"step": profctx.current().step, "torch": "torch" in sys.modules,
+            "warm": "torch._dynamo" in sys.modules}

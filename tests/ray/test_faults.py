@@ -50,6 +50,8 @@ def test_only_members_that_act_import_the_backend_and_get_step_control(ray_clust
     actors = [ray.remote(num_cpus=0)(Member).remote() for _ in range(2)]
     try:
         pray.group("actor", actors)
+        # The selected member's warm-up is over when group() returns: it lands in no step.
+        assert [ray.get(a.__ray_call__.remote(state))["warm"] for a in actors] == [True, False]
         assert [ray.get(a.__ray_call__.remote(state))["torch"] for a in actors] == [True, False]
         with profctx.profile_step(1):
             assert [ray.get(a.work.remote()) for a in actors] == [1, None]  # rank 1 is not told
@@ -72,16 +74,17 @@ def test_a_frozen_threaded_member_is_lost_once_then_rejoins(ray_cluster: Any, tm
         frozen = grp.members[1]
         assert frozen.pid is not None and not frozen.main  # threaded: the driver waits for its answers
         os.kill(frozen.pid, signal.SIGSTOP)
+        walls = []
         try:
-            t0 = time.monotonic()
             for step in (1, 2, 3, 4):
+                t0 = time.monotonic()
                 with profctx.profile_step(step):
                     assert ray.get(actors[0].work.remote()) == step
-            frozen_s = time.monotonic() - t0
+                walls.append(time.monotonic() - t0)
         finally:
             os.kill(frozen.pid, signal.SIGCONT)
-        # Waited once, at most the timeout (not at every step: that would be 4 x 2 s, and 4 x 300 s before).
-        assert frozen_s < 2 * timeout + 2.0, frozen_s
+        # Waited once, the timeout (not at every step: 300 s each before).
+        assert sum(w >= timeout for w in walls) == 1 and walls[0] < 3 * timeout, walls
         assert frozen.lost is not None and "within 2s" in frozen.lost
         ray.get(actors[1].__ray_call__.remote(state), timeout=60)  # thawed: it answers again
         for step in (5, 6, 7):  # 5: it is told to leave step 1 it entered late; 6: it is back
