@@ -343,7 +343,9 @@ def read_index(shard: Path) -> Indexed | None:
     try:
         # A run folder is untrusted: a regular file inside it, never blocking, and bounded.
         with open_regular(index_path(shard), shard.parent.parent) as fh:
-            data = fh.read(INDEX_MAX_BYTES + 1)
+            if os.fstat(fh.fileno()).st_size > INDEX_MAX_BYTES:
+                return None
+            data = fh.read(os.fstat(fh.fileno()).st_size + 1)
         if len(data) > INDEX_MAX_BYTES:
             return None
         entries = data.split(b"\n")
@@ -378,7 +380,7 @@ def read_index(shard: Path) -> Indexed | None:
                 if covered <= size:
                     fh.seek(max(covered - _TAIL, 0))
                     if _crc(fh.read(min(covered, _TAIL))) == last["crc"]:
-                        tail = fh.read(MAX_LINE + 1)
+                        tail = fh.read(min(size - covered, MAX_LINE) + 1)
                         if len(tail) > MAX_LINE:
                             return None  # a long tail: the reader reads it in pieces
                         break

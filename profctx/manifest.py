@@ -50,8 +50,8 @@ def _parser() -> tuple[Callable[[bytes], Any], tuple[type[Exception], ...]]:
 #: A manifest line longer than this many bytes is damaged: skipped unread (a record is about 600 bytes; an
 #: engine's listing thousands of files stays far under it).
 MAX_LINE: Final = 8 << 20
-#: Bytes of a shard read at a time when it is larger than this (at most MAX_LINE: a shard this small is read whole).
-_PIECE: Final = MAX_LINE
+#: Bytes read at a time from a shard larger than MAX_LINE (a smaller one is read whole).
+_PIECE: Final = 1 << 20
 #: Highest record version this reader understands; newer records are skipped.
 VERSION: Final = 1
 #: The group name that marks the driver; a process outside any group is the driver where its run has groups.
@@ -453,10 +453,13 @@ class ManifestReader:
         """
         try:
             with open_regular(shard, self.save_path) as fh:
-                data = fh.read(_PIECE + 1)
-                if len(data) <= _PIECE:  # no line in it can be over MAX_LINE
-                    return data.splitlines()
-                fh.seek(0)
+                size = os.fstat(fh.fileno()).st_size
+                if size <= MAX_LINE:
+                    data = fh.read(size + 1)  # not MAX_LINE: read() sets aside what it is asked for
+                    if len(data) <= MAX_LINE:  # no line in it can be over MAX_LINE
+                        return data.splitlines()
+                    del data  # it grew since: read it in pieces
+                    fh.seek(0)
                 return self._pieces(shard.name, fh)
         except UnsafeFileError as exc:
             self.damaged.append(f"{shard.name}: not read ({exc})")
@@ -467,23 +470,34 @@ class ManifestReader:
     def _pieces(self, name: str, fh: Any) -> list[bytes]:
         """Return the lines of a large shard read in pieces, a line over :data:`MAX_LINE` skipped unheld."""
         lines: list[bytes] = []
-        carry = b""
+        held: list[bytes] = []  # the pieces of a line that runs on past a piece
+        size = 0
         skipping = False
         while True:
             piece = fh.read(_PIECE)
             if not piece:
                 break
-            if skipping:
+            if skipping:  # through the end of the line too long (a "\n": the writer's line end)
                 at = piece.find(b"\n")
                 if at < 0:
                     continue
                 piece = piece[at + 1:]
                 skipping = False
                 self._too_long(name, lines)
-            data = carry + piece
+                if not piece:
+                    continue
+            if b"\n" not in piece and b"\r" not in piece:  # the line goes on
+                held.append(piece)
+                size += len(piece)
+                if size > MAX_LINE:
+                    held, size, skipping = [], 0, True
+                continue
+            data = b"".join((*held, piece)) if held else piece
+            held, size = [], 0
             parts = data.splitlines(keepends=True)
-            carry = parts.pop() if parts and (not parts[-1].endswith((b"\n", b"\r")) or data.endswith(b"\r")) \
-                else b""
+            if parts and (not parts[-1].endswith((b"\n", b"\r")) or data.endswith(b"\r")):
+                last = parts.pop()  # may go on in the next piece (a "\r" may be half of "\r\n")
+                held, size = [last], len(last)
             if parts and max(map(len, parts)) > MAX_LINE:
                 for part in parts:
                     part = part.rstrip(b"\r\n")
@@ -493,13 +507,16 @@ class ManifestReader:
                         lines.append(part)
             else:
                 lines += [part.rstrip(b"\r\n") for part in parts]
-            if len(carry) > MAX_LINE + 1 or (len(carry) > MAX_LINE and not carry.endswith(b"\r")):
-                carry = b""
-                skipping = True
+            if size > MAX_LINE + 1 or (size > MAX_LINE and not held[0].endswith(b"\r")):
+                held, size, skipping = [], 0, True
         if skipping:
             self._too_long(name, lines)
-        elif carry:
-            lines.append(carry.rstrip(b"\r\n"))
+        elif held:
+            last = b"".join(held).rstrip(b"\r\n")
+            if len(last) > MAX_LINE:
+                self._too_long(name, lines)
+            else:
+                lines.append(last)
         return lines
 
     def _too_long(self, name: str, lines: list[bytes]) -> None:

@@ -8,8 +8,9 @@ import sys
 from typing import Any
 
 from .._errors import ConfigError
+from .._untrusted import open_regular
 from ..analysis import Diff, Summary, Threshold, Violation, check, diff, parse_threshold, summarize
-from ..manifest import ManifestReader, latest_run
+from ..manifest import MAX_LINE, ManifestReader, latest_run
 from ._common import FINDINGS, OK, Progress, Style, UsageError, check_folder, guarded, table
 
 
@@ -153,9 +154,9 @@ def left_out_note(folder: str, shown: str | None) -> str | None:
     others: set[str] = set()
     for shard in ManifestReader(folder).shards():
         try:
-            with shard.open("rb") as handle:
-                run = json.loads(handle.readline()).get("run")
-        except (OSError, ValueError, AttributeError):
+            with open_regular(shard, folder) as handle:  # the folder is untrusted: a FIFO must not block
+                run = json.loads(handle.readline(MAX_LINE + 1)).get("run")
+        except (OSError, ValueError, AttributeError, RecursionError):
             continue
         if isinstance(run, str) and run != shown:
             others.add(run)
