@@ -1,0 +1,147 @@
+"""A fuzz of hostile run folders through ``ls``, ``summary``, ``report``, ``merge``, ``diff`` and ``check``.
+
+Each example is a copy of a real run with a few hostile things added: files listed outside the
+folder (absolute, ``../``, links to a file or a folder outside), FIFOs, folders where files
+should be, JSON nested too deep, a gzip bomb over the inflation cap, old engine records naming
+folders outside, manifest lines nested too deep, and control characters in any manifest field.
+Every command must end (a deadline catches a hang), print no traceback, leave the canary outside
+unread and everything outside the folder unchanged, print no raw control character, and stay
+within a memory bound.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tracemalloc
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from .test_hostile import CANARY, CONTROLS, add_records, hostile_copy, run_all
+
+_FIELDS = ["run", "role", "host", "group", "backend", "engine", "version", "error", "reason", "status", "kind",
+           "folder", "capture", "notes"]
+_NASTY = st.sampled_from(["\x1b]0;title\x07", "\x1b[2J", "\x1b]52;c;eA==\x07", "\x9b1m", "\u202eevil", "a\rb",
+                          "tab\there", "new\nline", "\x00", "\x7f"])
+_FILES = ["absolute", "climb", "link-out", "linked-folder", "fifo", "folder", "deep", "bomb", "control-name",
+          "missing", "link-in"]
+_ENGINES = ["absolute", "climb", "linked-folder", "manifest"]
+
+
+@pytest.fixture(scope="module")
+def bomb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A gzip trace of a few hundred kB inflating to 80 MB of JSON whitespace: over the cap, quick to reject."""
+    squeeze = zlib.compressobj(9, zlib.DEFLATED, 31)
+    spaces = b" " * (1 << 20)
+    parts = [squeeze.compress(b'{"traceEvents": [')]
+    parts += [squeeze.compress(spaces) for _ in range(80)]
+    parts.append(squeeze.compress(b"]}") + squeeze.flush())
+    path = tmp_path_factory.mktemp("bomb") / "bomb.pt.trace.json.gz"
+    path.write_bytes(b"".join(parts))
+    return path
+
+
+def _plant_file(folder: Path, outside: Path, kind: str, index: int, bomb: Path) -> str:
+    """Create one hostile thing for a record to list; return the name the record gives."""
+    canary = outside / "canary.pt.trace.json"
+    here = folder / "step000001" / "rollout"
+    name = f"h{index}.pt.trace.json"
+    if kind == "absolute":
+        return str(canary)
+    if kind == "climb":
+        return "../outside/canary.pt.trace.json"
+    if kind == "link-out":
+        (here / name).symlink_to(canary)
+    elif kind == "link-in":  # a link to a trace of the run itself: not followed either
+        (here / name).symlink_to(next(p for p in sorted(here.iterdir()) if p.name.endswith(".gz")))
+    elif kind == "linked-folder":
+        (folder / f"step9{index:05d}").symlink_to(outside, target_is_directory=True)
+        return f"step9{index:05d}/canary.pt.trace.json"
+    elif kind == "fifo":
+        os.mkfifo(here / name)
+    elif kind == "folder":
+        (here / name).mkdir()
+    elif kind == "deep":
+        (here / name).write_text('{"traceEvents": [' + "[" * 5000 + "]" * 5000 + "]}")
+    elif kind == "bomb":
+        name += ".gz"
+        shutil.copyfile(bomb, here / name)
+    elif kind == "control-name":
+        name = f"\x1b]0;x\x07{index}.pt.trace.json"
+        (here / name).write_text('{"traceEvents": []}')
+    return f"step000001/rollout/{name}"
+
+
+def _engine_folder(folder: Path, outside: Path, kind: str, index: int) -> str:
+    if kind == "absolute":
+        return str(outside)
+    if kind == "climb":
+        return "../outside"
+    if kind == "linked-folder":
+        (folder / f"step8{index:05d}").symlink_to(outside, target_is_directory=True)
+        return f"step8{index:05d}"
+    return ".profctx"
+
+
+def _outside_state(outside: Path) -> dict[str, Any]:
+    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(outside.iterdir())}
+
+
+_ENTRY = st.one_of(
+    st.tuples(st.just("file"), st.sampled_from(_FILES)),
+    st.tuples(st.just("engine"), st.sampled_from(_ENGINES)),
+    st.tuples(st.just("field"), st.sampled_from(_FIELDS), _NASTY),
+    st.tuples(st.just("deep-line"), st.integers(200, 20_000)),
+)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(entries=st.lists(_ENTRY, min_size=1, max_size=4))
+def test_no_hostile_folder_gets_through(entries: list[tuple[Any, ...]], run_dir: Path, bomb: Path,
+                                        tmp_path_factory: pytest.TempPathFactory,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    tmp = tmp_path_factory.mktemp("hostile")
+    folder, outside = hostile_copy(run_dir, tmp)
+    records: list[dict[str, Any]] = []
+    lines: list[str] = []
+    for index, entry in enumerate(entries):
+        if entry[0] == "file":
+            records.append({"files": [{"path": _plant_file(folder, outside, entry[1], index, bomb), "bytes": 1}]})
+        elif entry[0] == "engine":
+            records.append({"kind": "engine", "engine": "vllm", "replica": index,
+                            "folder": _engine_folder(folder, outside, entry[1], index)})
+        elif entry[0] == "field":
+            records.append({entry[1]: entry[2] if entry[1] != "notes" else [entry[2]]})
+        else:
+            lines.append('{"v": 1, "run": "clirun", "capture": "deep", "notes": '
+                         + "[" * entry[1] + "]" * entry[1] + "}")
+    add_records(folder, *records)
+    shard = sorted((folder / ".profctx").glob("*.jsonl"))[0]
+    with open(shard, "a", encoding="utf-8") as fh:
+        fh.writelines(line + "\n" for line in lines)
+    before = _outside_state(outside)
+    (tmp / "out").mkdir()
+    siblings = sorted(p.name for p in tmp.iterdir())
+    tracemalloc.start()
+    try:
+        results = run_all(folder, tmp / "out", capsys)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    for name, (_, text) in results.items():
+        assert CANARY not in text, name
+        assert "Traceback" not in text, name
+        if name not in ("report", "merge"):  # their files are HTML and JSON, escaped on their own terms
+            for control in CONTROLS:
+                assert control not in text, (name, repr(control))
+    json.loads(results["ls-json"][1][:results["ls-json"][1].rindex("]") + 1])
+    assert _outside_state(outside) == before  # nothing outside read into, written or replaced
+    assert sorted(p.name for p in tmp.iterdir()) == siblings
+    assert peak < 96 << 20, peak
+    shutil.rmtree(tmp, ignore_errors=True)
