@@ -139,7 +139,8 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=2.0)
     args = parser.parse_args()
     ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": str(HERE)}})
+             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(
+                 p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)}})
     try:
         with tempfile.TemporaryDirectory() as save:
             only = set(args.only.split(","))

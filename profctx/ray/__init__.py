@@ -70,6 +70,8 @@ class Member:
     pending: list[Any] = field(default_factory=list)
     #: The step a lost member was told to enter and not yet to leave.
     entered: int | None = None
+    #: Ray's actor id (hex), as the member reported it: what names it in a death Ray reports.
+    actor_id: str | None = None
 
     def acts(self, config: Any) -> bool:
         """Whether this member does anything in an in-window step under the driver's ``config``."""
@@ -142,6 +144,7 @@ class Driver:
             member.pid, member.host, member.main = result["pid"], result["host"], result["main"]
             member.collect = bool(result.get("collect"))
             member.acts_always = bool(result.get("own") or result.get("engines"))
+            member.actor_id = result.get("actor_id")
             if result.get("identity"):
                 member.identity = (str(result["identity"][0]), int(result["identity"][1]))
             if result.get("error"):
@@ -539,15 +542,18 @@ def _settle(targets: Sequence[Target], results: list[Any], return_exceptions: bo
     raise failures[0][1]
 
 
-def _member_of(target: Target) -> tuple[str | None, int | None]:
-    handle = target[0] if isinstance(target, tuple) else None
-    if handle is None:
-        return None, None
+def _member_of(target: Target, error: BaseException | None = None) -> Member | None:
+    """Return the group member ``target`` calls: by handle, or for ``handle.method`` by the actor id in ``error``."""
+    if isinstance(target, tuple):
+        return _member_for(target[0])
+    actor_id = getattr(error, "actor_id", None)
+    if not actor_id:
+        return None
     for grp in groups().values():
         for member in grp.members:
-            if member.handle == handle:
-                return grp.name, member.rank
-    return None, None
+            if member.actor_id == actor_id:
+                return member
+    return None
 
 
 def _describe(target: Target) -> str:
@@ -565,10 +571,10 @@ def _record_death(target: Target, error: BaseException) -> None:
     if scope.step is None or scope.step not in runtime.window:
         return
     method = _describe(target)
-    group_name, rank = _member_of(target)
+    member = _member_of(target, error)
+    group_name, rank = (member.group, member.rank) if member is not None else (None, None)
     runtime.record(failed_call(scope.step, "/".join((*scope.roles, method)), _message(error),
                                f"the actor running {method} died", target_group=group_name, target_rank=rank))
-    member = _member_for(target[0]) if isinstance(target, tuple) else None
     if member is not None and member.lost is None:  # recorded here: the control calls do not record it again
         member.lost, member.dead, member.pending = f"died: {_message(error)}", True, []
 

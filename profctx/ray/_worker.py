@@ -98,8 +98,20 @@ def join(actor: Any, spec: Mapping[str, Any]) -> dict[str, Any]:
         "identity": None if identity is None else [identity.group, identity.rank],
         # Such a member acts in every step whatever the driver's selection says.
         "own": own,
+        # Names the member in the driver's records when Ray reports its death by actor id.
+        "actor_id": _actor_id(),
         "engines": bool(OWNER.hooks),
     }
+
+
+def _actor_id() -> str | None:
+    try:
+        import ray
+
+        found = ray.get_runtime_context().get_actor_id()
+    except Exception:  # noqa: BLE001 - only a name for records
+        return None
+    return found if isinstance(found, str) else None
 
 
 def _undecorated(cls: type) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -26,6 +27,9 @@ class Member:
     @profctx.profiled(role="work")
     def work(self) -> int | None:
         return profctx.current().step
+
+    def die(self) -> None:
+        os._exit(1)
 
 
 def state(actor: Any) -> dict[str, Any]:

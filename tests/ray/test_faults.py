@@ -104,3 +104,18 @@ def test_a_frozen_threaded_member_is_lost_once_then_rejoins(ray_cluster: Any, tm
     steps = sorted((r["rank"], r["steps"][0]) for r in records if r.get("group") == "actor")
     assert [s for r, s in steps if r == 0] == [1, 2, 3, 4, 5, 6, 7]
     assert [s for r, s in steps if r == 1] == [1, 6, 7]  # step 1 entered late, then back from step 6
+
+
+def test_a_death_through_a_bound_method_target_names_the_worker(ray_cluster: Any, tmp_path: Path) -> None:
+    profctx.configure(steps=[1], mode="role", ranks="all", save_path=tmp_path, tool="recording", warmup=False)
+    actors = [ray.remote(num_cpus=0, max_restarts=0)(Member).remote() for _ in range(2)]
+    try:
+        pray.group("actor", actors)
+        with profctx.profile_step(1, role="train"):
+            out = pray.fan_out([actors[0].work, actors[1].die], return_exceptions=True)
+        assert out[0] == 1 and isinstance(out[1], ray.exceptions.RayActorError)
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+    (death,) = [r for r in _manifest.read(tmp_path) if r["status"] == "failed"]
+    assert (death["target_group"], death["target_rank"], death["role"]) == ("actor", 1, "train/die")
