@@ -60,6 +60,7 @@ _CONTROLS: Final = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u
 _CONTROL: Final = re.compile(f"[\t\n{_CONTROLS}]")
 #: What profctx itself sends a terminal (rich's colours and progress bar), kept by :func:`escaped_output`:
 #: colour (SGR), erase line, cursor up, hide and show the cursor, carriage return.
+_ATTENTION: Final = re.compile(f"[{_CONTROLS}]")
 _OWN: Final = re.compile(f"(\x1b\\[[0-9;]*[mKA]|\x1b\\[\\?25[lh]|[\r])|[{_CONTROLS}]")
 
 
@@ -71,6 +72,13 @@ def escape(text: str) -> str:
     clipboard). Inside a JSON string the escape reads back as the same character.
     """
     return _CONTROL.sub(_code, text) if _CONTROL.search(text) else text
+
+
+def _plain(text: str) -> bool:
+    """Whether ``text`` holds no control character but tab and newline (fast for the ASCII of a large table)."""
+    if text.isascii():
+        return text.replace("\n", "").replace("\t", "").isprintable()
+    return _ATTENTION.search(text) is None
 
 
 def _code(match: re.Match[str]) -> str:
@@ -88,7 +96,7 @@ class _Escaping:
         self._stream = stream
 
     def write(self, text: str) -> int:
-        self._stream.write(_OWN.sub(_kept, text) if _OWN.search(text) else text)
+        self._stream.write(text if _plain(text) else _OWN.sub(_kept, text))
         return len(text)
 
     def writelines(self, lines: Iterable[str]) -> None:
