@@ -26,6 +26,11 @@ R = TypeVar("R")
 AUTO_MIN_BYTES: Final = 32 << 20
 #: How many times its size a ``.gz`` trace inflates to, for the estimate (torch traces: 10 to 20).
 GZIP_RATIO: Final = 10
+#: ``jobs`` meaning "automatic, and this process's main module may be imported again" (a command line):
+#: where forking is not safe, workers may then start from a fork server. ``None`` is automatic too,
+#: but reads in this process where forking is not safe: another start method imports the caller's
+#: main module again, which re-runs a script without a ``__main__`` guard.
+AUTO: Final = 0
 
 
 def cpus() -> int:
@@ -41,9 +46,9 @@ def cpus() -> int:
 
 def jobs_for(paths: Sequence[str | os.PathLike[str]], jobs: int | None) -> int:
     """Return how many processes read ``paths``: ``jobs`` when given (at least 1, at most one per file),
-    else, automatically, one per CPU when there are two files or more and about :data:`AUTO_MIN_BYTES`
-    of JSON to read, and 1 otherwise."""
-    if jobs is not None:
+    else (``None`` or :data:`AUTO`) one per CPU when there are two files or more and about
+    :data:`AUTO_MIN_BYTES` of JSON to read, and 1 otherwise."""
+    if jobs:
         return max(1, min(jobs, len(paths)))
     if len(paths) < 2:
         return 1
@@ -59,27 +64,36 @@ def jobs_for(paths: Sequence[str | os.PathLike[str]], jobs: int | None) -> int:
     return 1
 
 
-def _context() -> Any:
+def _context(server: bool) -> Any:
     """Fork where it is safe (Linux, this process has one thread: a forked copy inherits its imports for
-    free); else a fork server where there is one (a fresh process forks the workers), else spawn."""
+    free); else, when ``server``, a fork server where there is one (a fresh process forks the workers), else
+    spawn; else ``None`` (no pool)."""
     methods = multiprocessing.get_all_start_methods()
     if sys.platform.startswith("linux") and threading.active_count() == 1 and "fork" in methods:
         return multiprocessing.get_context("fork")
+    if not server:
+        return None
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
-def ordered_map(fn: Callable[[T], R], items: Sequence[T], jobs: int) -> Generator[R, None, None]:
+def ordered_map(fn: Callable[[T], R], items: Sequence[T], jobs: int, *,
+                server: bool = False) -> Generator[R, None, None]:
     """Yield ``fn(item)`` for each of ``items``, in order, computed by ``jobs`` processes (in this one for 1).
+
+    Where forking is not safe (threads running, not Linux) workers start from a fork server or by
+    spawning only when ``server`` says this process's main module may be imported again; else the
+    items are computed here.
 
     ``fn`` and the items must pickle (a module-level function, or a ``functools.partial`` of one).
     An exception raised by ``fn`` is raised here. If a worker dies (killed, out of memory), the
     items not yet yielded are computed in this process.
     """
-    if jobs <= 1 or len(items) < 2:
+    context = _context(server) if jobs > 1 and len(items) > 1 else None
+    if context is None:
         yield from map(fn, items)
         return
     done = 0
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=_context())
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=context)
     try:
         # One item a task: traces differ in size by orders of magnitude, so chunks would balance badly.
         for result in pool.map(fn, items):
@@ -101,10 +115,10 @@ class Prefetched(Generic[T, R]):
     it stops the pool, the items not asked for included.
     """
 
-    def __init__(self, fn: Callable[[T], R], items: Sequence[T], jobs: int) -> None:
+    def __init__(self, fn: Callable[[T], R], items: Sequence[T], jobs: int, *, server: bool = False) -> None:
         self._fn = fn
         self._planned: deque[T] = deque(items)
-        self._results = ordered_map(fn, items, jobs)
+        self._results = ordered_map(fn, items, jobs, server=server)
 
     def __call__(self, item: T) -> R:
         if self._planned and self._planned[0] == item:

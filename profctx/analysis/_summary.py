@@ -217,8 +217,9 @@ def summarize(
 
     ``steps`` keeps those steps only; ``groups`` the processes of those worker groups
     (``driver``: the processes outside every group). Traces are streamed one at a time: memory stays near
-    the figures of one trace, per process: ``jobs`` processes read traces (default: one per CPU when there
-    are enough traces for a pool to gain, else one). ``progress(done, total)`` counts traces read. A trace
+    the figures of one trace, per process: ``jobs`` processes read traces (``None``, the default: one per
+    CPU when there are enough traces for a pool to gain and this process may fork, else one; see
+    :data:`profctx.analysis._parallel.AUTO` for a command line). ``progress(done, total)`` counts traces read. A trace
     that cannot be read is listed in :attr:`Summary.problems` and its capture keeps the manifest's times.
     """
     root = Path(save_path)
@@ -271,7 +272,7 @@ def summarize_records(
     # Every trace to read, in the order the loop below reads them: read ahead by a process pool
     # when there are enough of them (see _parallel.jobs_for), else one by one here.
     paths = [path for files in chosen_files for path in _resolved(root, files)]
-    with Prefetched(partial(read_figures, root=root), paths, jobs_for(paths, jobs)) as read:
+    with Prefetched(partial(read_figures, root=root), paths, jobs_for(paths, jobs), server=jobs is not None) as read:
         for record, files in zip(records, chosen_files, strict=True):
             summary = _capture(root, record, files, top, wanted, read)
             problems.extend(summary.problems)

@@ -10,6 +10,7 @@ from typing import Any
 from .._errors import ConfigError
 from .._untrusted import open_regular
 from ..analysis import Diff, Summary, Threshold, Violation, check, diff, parse_threshold, summarize
+from ..analysis._parallel import AUTO
 from ..manifest import MAX_LINE, ManifestReader, latest_run
 from ._common import FINDINGS, OK, Progress, Style, UsageError, check_folder, guarded, table
 
@@ -93,7 +94,7 @@ def _summarize(folder: str, run: str, args: argparse.Namespace, steps: list[int]
     bar = Progress(sys.stderr, "reading traces", show)
     try:
         return summarize(path, chosen, steps=steps, top=top, straggler_ratio=args.straggler_ratio,
-                         progress=bar.update, groups=args.group, jobs=args.jobs)
+                         progress=bar.update, groups=args.group, jobs=args.jobs or AUTO)
     finally:
         bar.close()
 

@@ -10,6 +10,7 @@ from typing import Any
 from .._files import sweep, write_file
 from .._report import render
 from ..analysis import summarize_records
+from ..analysis._parallel import AUTO
 from ..manifest import drivers
 from ._common import FINDINGS, OK, Progress, UsageError, add_filters, guarded, open_run, size, stream_run
 from .analyse import jobs_option, left_out_note
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         readable = records if args.ops else []
         summary = summarize_records(profiled.path, readable, run=args.run, top=max(args.ops, 1),
                                     straggler_ratio=args.straggler_ratio, progress=bar.update, driver=driver,
-                                    jobs=args.jobs)
+                                    jobs=args.jobs or AUTO)
     finally:
         bar.close()
     page = render(summary, records, damaged=profiled.damaged, driver=driver)

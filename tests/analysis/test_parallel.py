@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,21 @@ def test_summary_read_by_a_pool_is_the_summary_read_here(tmp_path: Path, capsys:
     assert alone["stragglers"] and alone["role_ops"]
     assert main(["summary", str(run), "--json", "--jobs", "2", "--no-progress"]) == 0
     assert json.loads(capsys.readouterr().out)["phases"] == alone["phases"]
+
+
+def pid_of(_: int) -> int:
+    return os.getpid()
+
+
+def test_with_threads_running_a_pool_starts_only_where_the_caller_allows_a_fork_server() -> None:
+    stop = threading.Event()
+    helper = threading.Thread(target=stop.wait, daemon=True)
+    helper.start()
+    try:
+        # Forking a process with threads is unsafe, and another start method imports the caller's main
+        # module again: by default the items are computed here.
+        assert set(ordered_map(pid_of, list(range(4)), 2)) == {PARENT}
+        assert PARENT not in set(ordered_map(pid_of, list(range(4)), 2, server=True))
+    finally:
+        stop.set()
+        helper.join()
