@@ -14,6 +14,7 @@ import asyncio
 import os
 import stat
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ import ray
 
 from .._files import is_regular, make_folders, write_file
 from .._layout import MANIFEST_DIR
-from .._log import warn_once
+from .._log import logger, warn_once
 from .._manifest import failed_call
 from .._owner import OWNER
 from .._propagate import _config_dict
@@ -72,6 +73,10 @@ class Member:
     entered: int | None = None
     #: Ray's actor id (hex), as the member reported it: what names it in a death Ray reports.
     actor_id: str | None = None
+    #: Whether the member joined with the driver's configuration (so a step entry it cannot hold means a new process).
+    joined_ok: bool = False
+    #: Whether the member answered a step entry unconfigured (Ray restarted it): it is joined again.
+    unjoined: bool = False
 
     def acts(self, config: Any) -> bool:
         """Whether this member does anything in an in-window step under the driver's ``config``."""
@@ -119,8 +124,11 @@ class Driver:
 
     # -- registration ---------------------------------------------------------------------------
 
-    def join_refs(self, grp: WorkerGroup) -> list[Any]:
-        """Send the driver's configuration and each member's identity; return the object refs."""
+    def join_refs(self, grp: WorkerGroup, members: Sequence[Member] | None = None) -> list[Any]:
+        """Send the driver's configuration and each member's identity; return the object refs.
+
+        ``members``: those to send to (default: every member that is not lost).
+        """
         config = OWNER.config
         runtime = OWNER.runtime
         carried = _config_dict(config) if config is not None and config.active else None
@@ -131,43 +139,48 @@ class Driver:
             spec["save_path"] = str(runtime.save_path)
             spec["probe"] = str(_probe(runtime))
         grp.sent = config
-        return [m.handle.__ray_call__.remote(_worker.join, {**spec, "rank": m.rank}) for m in grp.members
-                if m.lost is None]
+        chosen = [m for m in grp.members if m.lost is None] if members is None else members
+        return [m.handle.__ray_call__.remote(_worker.join, {**spec, "rank": m.rank}) for m in chosen]
 
     def joined(self, grp: WorkerGroup, results: Sequence[Any]) -> None:
         """Note where each member runs; warn about duplicate claims and undecorated methods, once each."""
         for member, result in zip(grp.members, results, strict=True):
-            if isinstance(result, BaseException) or not isinstance(result, Mapping):
-                warn_once(f"join:{grp.name}:{member.rank}", "profctx: worker %s rank %s could not join: %s",
-                          grp.name, member.rank, _message(result))
-                continue
-            member.pid, member.host, member.main = result["pid"], result["host"], result["main"]
-            member.collect = bool(result.get("collect"))
-            member.acts_always = bool(result.get("own") or result.get("engines"))
-            member.actor_id = result.get("actor_id")
-            if result.get("identity"):
-                member.identity = (str(result["identity"][0]), int(result["identity"][1]))
-            if result.get("error"):
-                warn_once(f"join-config:{grp.name}", "profctx: worker group %r cannot use the driver's configuration "
-                          "(it runs unprofiled): %s", grp.name, result["error"])
-            group_name, rank = result.get("identity") or (grp.name, member.rank)
-            claimed = self.claims.setdefault((str(group_name), int(rank)), member.pid)
-            if claimed != member.pid:
-                warn_once(f"claim:{group_name}:{rank}",
-                          "profctx: two processes (pids %s and %s) claim worker group %r rank %s; their rows "
-                          "and files would be mixed up: give each process its own group and rank",
-                          claimed, member.pid, group_name, rank)
-            if result.get("undecorated"):
-                warn_once(f"undecorated:{grp.name}",
-                          "profctx: in worker group %r, @profiled methods %s arrived without profctx's wrapper: "
-                          "Ray copies classes defined in the driver's __main__ by value and cloudpickle drops "
-                          "the decorator. Define the actor class in an importable module; step captures still "
-                          "cover these methods", grp.name, ", ".join(result["undecorated"]))
-            if not member.main:
-                warn_once(f"threaded:{grp.name}",
-                          "profctx: worker group %r runs profctx's control calls off the main thread (an async "
-                          "or threaded actor): its step captures start on a profctx thread, so torch records "
-                          "device activity of every thread but CPU operators of that thread only", grp.name)
+            self._note(grp, member, result)
+
+    def _note(self, grp: WorkerGroup, member: Member, result: Any) -> None:
+        """Note where ``member`` runs from its join ``result`` (warnings once each)."""
+        if isinstance(result, BaseException) or not isinstance(result, Mapping):
+            warn_once(f"join:{grp.name}:{member.rank}", "profctx: worker %s rank %s could not join: %s",
+                      grp.name, member.rank, _message(result))
+            return
+        member.pid, member.host, member.main = result["pid"], result["host"], result["main"]
+        member.collect = bool(result.get("collect"))
+        member.acts_always = bool(result.get("own") or result.get("engines"))
+        member.actor_id = result.get("actor_id")
+        if result.get("identity"):
+            member.identity = (str(result["identity"][0]), int(result["identity"][1]))
+        member.joined_ok = not result.get("error") and result.get("identity") is not None
+        if result.get("error"):
+            warn_once(f"join-config:{grp.name}", "profctx: worker group %r cannot use the driver's configuration "
+                      "(it runs unprofiled): %s", grp.name, result["error"])
+        group_name, rank = result.get("identity") or (grp.name, member.rank)
+        claimed = self.claims.setdefault((str(group_name), int(rank)), member.pid)
+        if claimed != member.pid:
+            warn_once(f"claim:{group_name}:{rank}",
+                      "profctx: two processes (pids %s and %s) claim worker group %r rank %s; their rows "
+                      "and files would be mixed up: give each process its own group and rank",
+                      claimed, member.pid, group_name, rank)
+        if result.get("undecorated"):
+            warn_once(f"undecorated:{grp.name}",
+                      "profctx: in worker group %r, @profiled methods %s arrived without profctx's wrapper: "
+                      "Ray copies classes defined in the driver's __main__ by value and cloudpickle drops "
+                      "the decorator. Define the actor class in an importable module; step captures still "
+                      "cover these methods", grp.name, ", ".join(result["undecorated"]))
+        if not member.main:
+            warn_once(f"threaded:{grp.name}",
+                      "profctx: worker group %r runs profctx's control calls off the main thread (an async "
+                      "or threaded actor): its step captures start on a profctx thread, so torch records "
+                      "device activity of every thread but CPU operators of that thread only", grp.name)
 
     # -- the step hook ---------------------------------------------------------------------------
 
@@ -196,13 +209,46 @@ class Driver:
                     joins = self.join_refs(grp)
                     now.extend(Sent(r, m, "join") for r, m in zip(joins, [m for m in grp.members if m.lost is None],
                                                                    strict=True))
-                members.extend(m for m in grp.members if m.acts(config) and _control.available(m, self._leave))
+                for m in grp.members:
+                    if (m.dead or m.unjoined) and not self._rejoin(grp, m):
+                        continue
+                    if m.acts(config) and _control.available(m, self._leave):
+                        members.append(m)
             self.told = members
         for m in members:
             args = (step, True) if leaving and m.collect else (step,)
             sent = Sent(m.handle.__ray_call__.remote(fn, *args), m, what, step)
             (now if m.collect or (not leaving and not m.main) else later).append(sent)
         return now, later
+
+    def _rejoin(self, grp: WorkerGroup, member: Member) -> bool:
+        """Join again a member that died or answered unconfigured (Ray may have restarted it); return if it is back.
+
+        The join is sent at one in-window step and read at a later one, never waited for: a
+        member that stays dead costs one failed call per in-window step.
+        """
+        owed = [s for s in member.pending if s.what == "join"]
+        if not owed:
+            member.pending = [Sent(self.join_refs(grp, [member])[0], member, "join")]
+            return False
+        sent = owed[0]
+        if not ray.wait([sent.ref], num_returns=1, timeout=0)[0]:
+            if time.monotonic() >= sent.deadline:
+                member.pending = []  # sent again at the next step
+            return False
+        member.pending = []
+        try:
+            result = ray.get(sent.ref)
+        except Exception:  # noqa: BLE001 - still dead: asked again at the next step
+            return False
+        old = member.pid
+        self.claims.pop(member.identity or (grp.name, member.rank), None)
+        self._note(grp, member, result)
+        member.dead = member.unjoined = False
+        member.lost, member.entered = None, None
+        logger.warning("profctx: worker group %r rank %s joined again as pid %s (was pid %s; Ray restarted it)",
+                       grp.name, member.rank, member.pid, old)
+        return True
 
     @staticmethod
     def _leave(member: Member, step: int) -> Sent:

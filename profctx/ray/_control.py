@@ -98,14 +98,20 @@ def _settle(pending: list[Sent], ready: set[Any]) -> list[Sent]:
 
 
 def report(s: Sent) -> None:
-    """Log, once per kind, a control call that failed; a member that died is marked lost."""
+    """Log, once per kind, a control call that failed; a member that died is marked lost.
+
+    A member that answers a step entry unconfigured, having joined configured, is marked to join again.
+    """
     try:
-        ray.get(s.ref, timeout=0)
+        answer = ray.get(s.ref, timeout=0)
     except ray.exceptions.RayActorError as exc:
         lose(s, f"died: {message(exc)}")
     except Exception as exc:  # noqa: BLE001 - a failing worker must not stop the driver
         warn_once(f"control:{s.what}:{type(exc).__name__}", "profctx: a worker could not %s: %s", s.what,
                   message(exc))
+    else:
+        if s.what == "enter step" and answer is False and s.member.joined_ok:
+            s.member.unjoined = True  # configured when it joined, not now: a new process (Ray restarted it)
 
 
 def lose(s: Sent, why: str) -> None:

@@ -119,3 +119,37 @@ def test_a_death_through_a_bound_method_target_names_the_worker(ray_cluster: Any
             ray.kill(actor)
     (death,) = [r for r in _manifest.read(tmp_path) if r["status"] == "failed"]
     assert (death["target_group"], death["target_rank"], death["role"]) == ("actor", 1, "train/die")
+
+
+def test_a_member_ray_restarted_joins_again_by_itself(ray_cluster: Any, tmp_path: Path) -> None:
+    profctx.configure(steps="1:9", mode="step", ranks="all", profile_driver=False, save_path=tmp_path,
+                      tool="recording", warmup=False)
+    actor = ray.remote(num_cpus=0, max_restarts=1)(Member).remote()
+    try:
+        grp = pray.group("actor", [actor])
+        first = grp.members[0].pid
+        assert first is not None
+        with profctx.profile_step(1):
+            assert ray.get(actor.work.remote()) == 1
+        pray.flush()
+        os.kill(first, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while True:  # Ray starts a new process for it
+            try:
+                ray.get(actor.__ray_call__.remote(state), timeout=10)
+                break
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                assert time.monotonic() < deadline, "the actor was not restarted"
+                time.sleep(0.2)
+        served = []
+        for step in range(2, 7):  # 2: answers unconfigured; 3: joined again; from 4: held
+            with profctx.profile_step(step):
+                served.append(ray.get(actor.work.remote()))
+        assert grp.members[0].pid not in (None, first)
+        assert served[-2:] == [5, 6]
+        pray.flush()
+    finally:
+        ray.kill(actor)
+    records = [r for r in _manifest.read(tmp_path) if r.get("group") == "actor"]
+    assert (first, 1) in {(r["pid"], r["step"]) for r in records}
+    assert {5, 6} <= {r["step"] for r in records if r["pid"] == grp.members[0].pid}
