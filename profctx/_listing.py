@@ -33,6 +33,7 @@ import json
 import os
 import zlib
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Final
 
@@ -398,8 +399,29 @@ def read_index(shard: Path) -> Indexed | None:
         rows += segment["rows"]
         loose += segment["loose"]
         damaged += segment["damaged"]
+    if not (_rows_ok(rows) and _rows_ok(loose) and all(type(where) is str for where in damaged)):
+        return None  # not what a writer writes (a run folder is untrusted): read the shard itself
     return Indexed(ids, rows, loose, damaged, covered, last["lines"], [line.encode() for line in last["open"]],
                    last["open_ids"], tail, len(segments))
+
+
+#: The cells of a row (:data:`Row`); those ``ls`` shows as text, and the types each other cell may have.
+_ROW_CELLS: Final = 15
+_TEXT_CELLS: Final = (2, 5, 9, 10, 11, 12, 13, 14)
+_OTHER_CELLS: Final = ((0, {int, float}), (1, {int}), (3, {int}), (4, {int, type(None)}), (6, {int}),
+                       (7, {str, type(None)}), (8, {int, type(None)}))
+
+
+def _rows_ok(rows: list[Any]) -> bool:
+    """Whether ``rows`` (from an index) are rows as :func:`fast_row` makes them (checked column by column, in C)."""
+    if not rows:
+        return True
+    if {type(row) for row in rows} != {list} or set(map(len, rows)) != {_ROW_CELLS}:
+        return False
+    for column in _TEXT_CELLS:
+        if set(map(type, map(itemgetter(column), rows))) != {str}:
+            return False
+    return all(set(map(type, map(itemgetter(column), rows))) <= allowed for column, allowed in _OTHER_CELLS)
 
 
 def _valid(segment: Any, start: int, lines: int) -> bool:

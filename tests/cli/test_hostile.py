@@ -281,3 +281,22 @@ def test_bad_bytes_in_config_sources_are_config_errors(tmp_path: Path) -> None:
         with pytest.raises(ConfigError) as info:
             load()
         assert info.value.field == "verl"
+
+
+def test_a_listing_index_holding_what_no_writer_writes_is_not_used(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from profctx._listing import INDEX_VERSION, _line
+
+    (tmp_path / ".profctx").mkdir()
+    shard = tmp_path / ".profctx" / "run.rank0-of-1.host.1.jsonl"
+    data = b'{"v": 1, "run": "run", "capture": "a", "event": "finished", "status": "ok", "role": "from_the_shard"}\n'
+    shard.write_bytes(data)
+    crc = zlib.crc32(data) & 0xFFFFFFFF  # a valid index of this shard, but for its rows
+    for rows in ([["x"]], [[0.0, 0, "ok", 1, None, "run", 0, None, None, "1", ["role"], "r0", "-", "-", ""]]):
+        segment = {"a": 0, "b": len(data), "lines": 1, "crc": crc, "ids": ["a"], "rows": rows, "loose": [],
+                   "damaged": [], "open": [], "open_ids": []}
+        (shard.parent / (shard.name + ".index")).write_bytes(
+            _line({"index": INDEX_VERSION, "shard": shard.name}) + _line(segment))
+        with deadline(20):
+            assert main(["ls", str(tmp_path)]) == 0
+        assert "from_the_shard" in capsys.readouterr().out
