@@ -95,6 +95,7 @@ def _outside_state(outside: Path) -> dict[str, Any]:
 
 _ENTRY = st.one_of(
     st.tuples(st.just("file"), st.sampled_from(_FILES)),
+    st.tuples(st.just("shard"), st.sampled_from(["link-out", "fifo", "folder"])),
     st.tuples(st.just("engine"), st.sampled_from(_ENGINES)),
     st.tuples(st.just("field"), st.sampled_from(_FIELDS), _NASTY),
     st.tuples(st.just("deep-line"), st.integers(200, 20_000)),
@@ -116,6 +117,14 @@ def test_no_hostile_folder_gets_through(entries: list[tuple[Any, ...]], run_dir:
         elif entry[0] == "engine":
             records.append({"kind": "engine", "engine": "vllm", "replica": index,
                             "folder": _engine_folder(folder, outside, entry[1], index)})
+        elif entry[0] == "shard":  # a manifest shard that is no regular file inside the folder
+            shard_path = folder / ".profctx" / f"clirun.rank{index}-of-9.vm.{index}.jsonl"
+            if entry[1] == "link-out":
+                shard_path.symlink_to(outside / "canary.pt.trace.json")
+            elif entry[1] == "fifo":
+                os.mkfifo(shard_path)
+            else:
+                shard_path.mkdir()
         elif entry[0] == "field":
             records.append({entry[1]: entry[2] if entry[1] != "notes" else [entry[2]]})
         else:
