@@ -25,8 +25,8 @@ MAX_DEPTH: Final = 128
 #: Files listed at most in one folder a manifest names (an engine writes a few per capture).
 MAX_FILES: Final = 10_000
 
-_FLAGS: Final = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) \
-    | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+_FLAGS: Final = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 _BRACKETS: Final = b"[]{}"
 _NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in _BRACKETS)
 _STRINGS: Final = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -83,16 +83,17 @@ def inside(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> bool:
 def open_regular(path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> IO[bytes]:
     """Open ``path`` for reading in binary mode if it is a regular file (inside ``root`` when given).
 
-    Never blocks (a FIFO is opened non-blocking, then refused); a link as the last component is
-    refused; with ``root``, the opened file's real path must lie inside ``root``'s. Raise
+    Never blocks (a FIFO is opened non-blocking, then refused). With ``root`` (a run folder), a
+    link as the last component is refused and the opened file's real path must lie inside
+    ``root``'s; without, ``path`` is one the caller chose, links followed. Raise
     :class:`UnsafeFileError` for what is refused, another :class:`OSError` when the file cannot
     be opened (missing, no permission).
     """
     shown = os.fspath(path)
     try:
-        fd = os.open(shown, _FLAGS)
+        fd = os.open(shown, _FLAGS if root is None else _FLAGS | _NOFOLLOW)
     except OSError as exc:
-        if os.path.islink(shown):
+        if root is not None and os.path.islink(shown):
             raise UnsafeFileError(f"{shown}: a symbolic link: not followed") from None
         raise exc
     except ValueError:  # a NUL byte in the name
