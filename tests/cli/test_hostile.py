@@ -23,6 +23,8 @@ from types import FrameType
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import profctx
 from profctx import ConfigError, ProfilerConfig
@@ -300,3 +302,23 @@ def test_a_listing_index_holding_what_no_writer_writes_is_not_used(tmp_path: Pat
         with deadline(20):
             assert main(["ls", str(tmp_path)]) == 0
         assert "from_the_shard" in capsys.readouterr().out
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lengths=st.lists(st.sampled_from([0, 1, 5, 30, 63, 64, 65, 100, 200]), max_size=12),
+       end=st.sampled_from([b"\n", b"\r\n"]), last=st.booleans(), piece=st.sampled_from([1, 7, 16, 64, 65, 200]))
+def test_a_shard_read_in_pieces_reads_the_lines_a_whole_read_does(lengths: list[int], end: bytes, last: bool,
+                                                                   piece: int, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from profctx import manifest
+
+    monkeypatch.setattr(manifest, "MAX_LINE", 64)
+    monkeypatch.setattr(manifest, "_PIECE", piece)
+    data = end.join(b"x" * n for n in lengths) + (end if last else b"")
+    shard = tmp_path / "piece.jsonl"
+    shard.write_bytes(data)
+    reader = manifest.ManifestReader(tmp_path)
+    with open(shard, "rb") as fh:
+        lines = reader._pieces(shard.name, fh)
+    assert lines == [line if len(line) <= 64 else b"" for line in data.splitlines()]
+    assert len(reader.damaged) == sum(1 for line in data.splitlines() if len(line) > 64)
