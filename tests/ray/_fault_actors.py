@@ -19,17 +19,29 @@ class Member:
     def pair(self, x: int) -> tuple[int, int]:
         return x, x + 1
 
-    @ray.method(num_returns=2, max_task_retries=0)
-    @profctx.profiled(role="pair_async")
-    async def pair_async(self, x: int) -> tuple[int, str]:
-        return x, profctx.current().path
-
     @profctx.profiled(role="work")
     def work(self) -> int | None:
         return profctx.current().step
 
     def die(self) -> None:
         os._exit(1)
+
+
+class AsyncMember(Member):
+    """An async actor (any ``async def`` makes Ray run the actor on an event loop)."""
+
+    @ray.method(num_returns=2, max_task_retries=0)
+    @profctx.profiled(role="pair_async")
+    async def pair_async(self, x: int) -> tuple[int, str]:
+        return x, profctx.current().path
+
+
+#: How each kind of member is made remote.
+KINDS = {
+    "sync": lambda: ray.remote(num_cpus=0)(Member),
+    "threaded": lambda: ray.remote(num_cpus=0, max_concurrency=2)(Member),
+    "async": lambda: ray.remote(num_cpus=0)(AsyncMember),
+}
 
 
 def state(actor: Any) -> dict[str, Any]:
