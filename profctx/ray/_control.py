@@ -134,7 +134,9 @@ def lose(s: Sent, why: str) -> None:
     if runtime is None or step is None:
         return
     try:
-        runtime.record(failed_call(step, None, why, f"worker {member.group} rank {member.rank} lost",
+        # The worker is named in the error too: listings show the error, in the driver's row.
+        runtime.record(failed_call(step, None, f"{member.group} rank {member.rank} lost: {why}",
+                                   f"worker {member.group} rank {member.rank} lost",
                                    target_group=member.group, target_rank=member.rank, target_pid=member.pid,
                                    lost=True))
     except Exception as exc:  # noqa: BLE001 - recording must not break the driver
