@@ -200,29 +200,29 @@ def _operators(batch: list[Event], names: dict[str, int], threads: dict[tuple[An
     if not batch:
         return None
     try:
-        where = set(zip(_column(batch, "pid", unchecked), _column(batch, "tid", unchecked), strict=True))
+        pids = set(_column(batch, "pid", unchecked))
+        tids = set(_column(batch, "tid", unchecked))
         cats = set(_column(batch, "cat", unchecked))
     except TypeError:  # a pid, tid or category that is not hashable: the loop over each event names it
         return None
-    if len(where) != 1 or not _OPERATOR_ONLY.isdisjoint(cats):
+    if len(pids) != 1 or len(tids) != 1 or not _OPERATOR_ONLY.isdisjoint(cats):
         return None
+    key = (pids.pop(), tids.pop())
     starts = list(_column(batch, "ts", unchecked))
     durations = list(_column(batch, "dur", unchecked))
     labels = list(_column(batch, "name", unchecked))
     if unchecked:
-        key = next(iter(where))
         if (not set(map(type, starts)).union(map(type, durations)) <= _NUMBERS
                 or set(map(type, labels)) != {str} or not _ID_TYPES.issuperset(map(type, key))
                 or not _ID_TYPES.issuperset(map(type, cats))):
             return None
+        try:  # msgspec's floats are finite; the fallback parser may give NaN, infinities, huge integers
+            if not (math.isfinite(math.fsum(starts)) and math.isfinite(math.fsum(durations))):
+                return None  # a time that is not a number: the loop over each event takes it as it always has
+        except OverflowError:  # an integer past any float
+            return None
     elif None in starts or None in durations or None in labels:
         return None
-    try:
-        if not (math.isfinite(math.fsum(starts)) and math.isfinite(math.fsum(durations))):
-            return None  # a time that is not a number: the loop over each event takes it as it always has
-    except OverflowError:  # an integer past any float
-        return None
-    key = where.pop()
     thread = threads.get(key)
     if thread is None:
         thread = threads[key] = _Thread()
