@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -157,3 +158,36 @@ def test_a_member_ray_restarted_joins_again_by_itself(ray_cluster: Any, tmp_path
     records = [r for r in _manifest.read(tmp_path) if r.get("group") == "actor"]
     assert (first, 1) in {(r["pid"], r["step"]) for r in records}
     assert {5, 6} <= {r["step"] for r in records if r["pid"] == grp.members[0].pid}
+
+
+def test_an_async_driver_awaits_a_frozen_member_at_most_its_timeout(ray_cluster: Any, tmp_path: Path) -> None:
+    timeout = 2.0
+    profctx.configure(steps="1:9", mode="step", ranks="all", profile_driver=False, save_path=tmp_path,
+                      tool="recording", warmup=False)
+    actors = [KINDS["threaded"]().remote() for _ in range(2)]
+
+    async def steps() -> list[float]:
+        walls = []
+        for step in (1, 2, 3):
+            t0 = time.monotonic()
+            async with profctx.profile_step(step):
+                assert await actors[0].work.remote() == step
+            walls.append(time.monotonic() - t0)
+        return walls
+
+    try:
+        grp = asyncio.run(pray.group_async("actor", actors, control_timeout=timeout))
+        frozen = grp.members[1]
+        assert frozen.pid is not None
+        os.kill(frozen.pid, signal.SIGSTOP)
+        try:
+            walls = asyncio.run(steps())
+        finally:
+            os.kill(frozen.pid, signal.SIGCONT)
+        assert sum(w >= timeout for w in walls) == 1 and max(walls) < 3 * timeout, walls
+        assert frozen.lost is not None
+        assert asyncio.run(pray.flush_async()) == [True, False]  # the lost one is not called
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+    assert len([r for r in _manifest.read(tmp_path) if r.get("lost")]) == 1
