@@ -15,6 +15,7 @@ is refused. Imported only when a YAML file is read: PyYAML is an optional depend
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Final
 
 import yaml
@@ -44,19 +45,28 @@ class BoundedSafeLoader(yaml.SafeLoader):
 
 
 def expanded(root: yaml.Node) -> int:
-    """Return how many nodes ``root`` stands for, a shared node counted at each use (capped past MAX_NODES)."""
+    """Return how many nodes ``root`` stands for, a shared node counted at each use (capped past MAX_NODES).
+
+    Each distinct node is walked once (no recursion: a deep document cannot exhaust the stack).
+    """
+    cap = MAX_NODES + 1
     sizes: dict[int, int] = {}
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    stack: list[tuple[yaml.Node, Iterator[yaml.Node], int]] = [(root, iter(_children(root)), 1)]
     while stack:
-        node, ready = stack.pop()
-        if id(node) in sizes:
-            continue
-        children = _children(node)
-        if ready:
-            sizes[id(node)] = min(1 + sum(sizes[id(child)] for child in children), MAX_NODES + 1)
+        node, children, total = stack[-1]
+        for child in children:
+            known = sizes.get(id(child))
+            if known is None:  # walk it first, then come back for the rest
+                stack[-1] = (node, children, total)
+                stack.append((child, iter(_children(child)), 1))
+                break
+            total = min(total + known, cap)
         else:
-            stack.append((node, True))
-            stack.extend((child, False) for child in children if id(child) not in sizes)
+            stack.pop()
+            sizes[id(node)] = total
+            if stack:
+                parent, rest, count = stack[-1]
+                stack[-1] = (parent, rest, min(count + total, cap))
     return sizes[id(root)]
 
 
