@@ -63,6 +63,7 @@ class ProfilerSchema:
     on_error: str = "log"
     exit_hooks: bool = True
     warmup: bool = True
+    private: bool = False
     run_id: Optional[str] = None  # noqa: UP045
     engines: EngineSchema = field(default_factory=EngineSchema)
     tool_options: dict[str, Any] = field(default_factory=dict)
