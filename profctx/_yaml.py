@@ -48,21 +48,27 @@ def expanded(root: yaml.Node) -> int:
     """Return how many nodes ``root`` stands for, a shared node counted at each use (capped past MAX_NODES).
 
     Each distinct node is walked once (no recursion: a deep document cannot exhaust the stack).
+    A node that holds itself (``&a [*a]``) stands for endlessly many: the cap.
     """
     cap = MAX_NODES + 1
     sizes: dict[int, int] = {}
+    walking = {id(root)}
     stack: list[tuple[yaml.Node, Iterator[yaml.Node], int]] = [(root, iter(_children(root)), 1)]
     while stack:
         node, children, total = stack[-1]
         for child in children:
             known = sizes.get(id(child))
             if known is None:  # walk it first, then come back for the rest
+                if id(child) in walking:
+                    return cap
+                walking.add(id(child))
                 stack[-1] = (node, children, total)
                 stack.append((child, iter(_children(child)), 1))
                 break
             total = min(total + known, cap)
         else:
             stack.pop()
+            walking.discard(id(node))
             sizes[id(node)] = total
             if stack:
                 parent, rest, count = stack[-1]

@@ -350,6 +350,16 @@ def test_yaml_alias_bomb_and_endless_files_are_refused_quickly(tmp_path: Path) -
         profctx.configure("/dev/zero")
 
 
+@pytest.mark.parametrize("text", ["steps: &a [*a]\n", "tool_options: &m {k: *m}\nsteps: [1]\n",
+                                  "tool_options: {a: &s [1, *s]}\nsteps: [1]\n"])
+def test_a_yaml_node_that_holds_itself_is_refused_not_walked_forever(tmp_path: Path, text: str) -> None:
+    # PyYAML builds recursive data from an anchor used inside itself: endless if expanded or walked naively.
+    path = tmp_path / "loop.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=r"^config: .*alias bomb"):
+        profctx.configure(path)
+
+
 def test_worker_group_selection_and_the_driver_default() -> None:
     plain = ProfilerConfig(steps=[1], ranks=[0, 2])
     assert plain.profile_driver is True and plain.selects(None, 2) and plain.selects("actor", 0)
