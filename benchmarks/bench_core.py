@@ -329,7 +329,7 @@ def stall(sizes_mb: tuple[float, ...], repeat: int) -> list[dict[str, Any]]:
                     t0 = time.perf_counter()
                     block.__exit__(None, None, None)
                     exit_s = time.perf_counter() - t0
-                    runtime = profctx._owner.OWNER.runtime
+                    runtime = profctx.process._owner.OWNER.runtime
                     assert runtime is not None
                     # Keep "training" until the writer is done, then a little longer.
                     spinner.spin(lambda rt=runtime: not rt.writer.pending(), 0.05)
@@ -337,7 +337,7 @@ def stall(sizes_mb: tuple[float, ...], repeat: int) -> list[dict[str, Any]]:
                     probe.stopped.set()
                     probe.join()
                     profctx.reset()
-                    records = profctx._manifest.read(save)
+                    records = profctx.records._manifest.read(save)
                     rec = records[-1]
                     ours.append(exit_s + spinner.stalled)
                     manifest.append(rec["blocked_s"])
@@ -513,7 +513,7 @@ t0 = time.perf_counter(); p.start(); print(time.perf_counter() - t0); p.stop()
 
 def startup(runs: int) -> dict[str, Any]:
     # Write the bytecode caches first.
-    subprocess.run([sys.executable, "-c", "import profctx, profctx._wrappers"], check=True, env=ENV)
+    subprocess.run([sys.executable, "-c", "import profctx, profctx.process._wrappers"], check=True, env=ENV)
     bare_s, imp_s = wall("pass", "import profctx", runs=runs)
     inside_wall, inside_cpu = import_inside(runs * 2)
     out: dict[str, Any] = {"bare": bare_s, "import": imp_s, "inside_wall": inside_wall, "inside_cpu": inside_cpu,

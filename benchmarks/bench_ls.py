@@ -58,8 +58,8 @@ def grow(shards: list[Path]) -> tuple[int, float, int]:
     As a killed run leaves them: no final segment at close. Returns (segments, CPU seconds spent on
     them, bytes left after the last segment of each shard, summed).
     """
-    from profctx._listing import IndexBuilder
-    from profctx._manifest import CHECKPOINT_BYTES
+    from profctx.records._listing import IndexBuilder
+    from profctx.records._manifest import CHECKPOINT_BYTES
 
     segments = 0
     cpu = 0.0
@@ -94,8 +94,8 @@ def writer_cost(captures: int) -> tuple[float, float, int, float, float]:
     Returns (writes without, writes with, segments, close without (the whole shard indexed at
     exit, as before segments), close with (the final segment)): best of 3 each.
     """
-    from profctx._identity import Identity
-    from profctx._manifest import ManifestWriter
+    from profctx.records._manifest import ManifestWriter
+    from profctx.util._identity import Identity
 
     def one(index: bool) -> tuple[float, float, int]:
         writer = ManifestWriter(Path(tempfile.mkdtemp(prefix="profctx-bench-writer-")), "bench",
@@ -169,7 +169,7 @@ def main() -> None:
     here = str(Path(__file__).resolve().parent.parent)
     os.environ["PYTHONPATH"] = here
     sys.path.insert(0, here)
-    from profctx._listing import INDEX_SUFFIX, write_index
+    from profctx.records._listing import INDEX_SUFFIX, write_index
 
     shards = sorted((folder / ".profctx").glob("*.jsonl"))
     for index in (folder / ".profctx").glob(f"*{INDEX_SUFFIX}"):

@@ -60,7 +60,7 @@ for path in sys.argv[1:]:
             pass
 """
 
-_FLOOR = "import profctx.cli, profctx._merge"
+_FLOOR = "import profctx.cli, profctx.analysis._merge"
 #: The CLI with the optional fast paths unimportable (a bare install).
 _BARE = "import sys; sys.modules['isal'] = None; sys.modules['msgspec'] = None; from profctx.cli import main; " \
         "sys.argv[0] = 'profctx'; sys.exit(main(sys.argv[1:]))"

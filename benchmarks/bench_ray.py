@@ -40,7 +40,7 @@ import ray
 
 import profctx
 import profctx.ray
-from profctx._manifest import read
+from profctx.records._manifest import read
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))

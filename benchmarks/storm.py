@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from profctx._manifest import read
+from profctx.records._manifest import read
 
 HERE = Path(__file__).resolve().parent
 

@@ -1,6 +1,6 @@
 """Read a run's manifest: one typed record per capture, streamed shard by shard.
 
-The writer (:mod:`profctx._manifest`) appends JSON lines to one shard per process under
+The writer (:mod:`profctx.records._manifest`) appends JSON lines to one shard per process under
 ``{save_path}/.profctx/``: a ``started`` record, then a ``finished`` record of the same
 ``capture`` id whose ``status`` is ``ok``, ``failed``, ``skipped`` or ``interrupted``. A capture
 with a ``started`` record and no ``finished`` one reads as ``open`` (still running, or its
@@ -12,9 +12,9 @@ listed in :attr:`ManifestReader.damaged` and skipped; a value of the wrong type 
 holds makes it raise; an unreadable shard is listed as damaged too.
 
 A run folder is untrusted input (it may come from elsewhere, or others may write to it): a
-shard is read only if it is a regular file inside the folder (:mod:`profctx._untrusted`), in
+shard is read only if it is a regular file inside the folder (:mod:`profctx.util._untrusted`), in
 pieces, and a line longer than :data:`MAX_LINE` or nested deeper than
-:data:`~profctx._untrusted.MAX_DEPTH` is listed as damaged without being held whole.
+:data:`~profctx.util._untrusted.MAX_DEPTH` is listed as damaged without being held whole.
 :meth:`ManifestReader.resolve` turns a file name a record gives into a path inside the folder.
 """
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, final
 
-from ._layout import MANIFEST_DIR, safe
-from ._untrusted import MAX_DEPTH, UnsafeFileError, inside, open_regular, resolve, too_deep
+from .core._layout import MANIFEST_DIR, safe
+from .util._untrusted import MAX_DEPTH, UnsafeFileError, inside, open_regular, resolve, too_deep
 
 
 @functools.cache
@@ -415,7 +415,7 @@ class ManifestReader:
     def resolve(self, name: str) -> Path:
         """Return the path of a file a record names (relative to ``save_path``), refusing one outside it.
 
-        Raise :class:`~profctx._untrusted.UnsafeFileError` (an :class:`OSError`) for an absolute
+        Raise :class:`~profctx.util._untrusted.UnsafeFileError` (an :class:`OSError`) for an absolute
         name or one climbing out with ``..``; links are checked when the file is opened.
         """
         return resolve(self.save_path, name)
@@ -572,7 +572,7 @@ class ManifestReader:
         """Return the record of each of ``lines`` as the lean reader reads them (``None``: not parsed or not a record).
 
         ``first``: the number of the first line, as :attr:`damaged` names lines. The listing
-        index (:mod:`profctx._listing`) reads a shard piece by piece with it.
+        index (:mod:`profctx.records._listing`) reads a shard piece by piece with it.
         """
         parsed: list[dict[str, Any] | None] = [None] * len(lines)
         started: list[tuple[int, bytes]] = []

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from profctx import _codec
+from profctx.util import _codec
 
 DATA = b'{"traceEvents": [' + b",".join(b'{"ph": "X", "name": "aten::mm", "ts": %d, "dur": 3.5}' % i
                                         for i in range(20_000)) + b"]}"

@@ -306,7 +306,7 @@ def test_omegaconf_base_60_int_is_indistinguishable_and_documented() -> None:
 
 
 def test_from_environment_reads_and_checks_the_variables(tmp_path: Path) -> None:
-    from profctx._config import from_environment
+    from profctx.core._config import from_environment
 
     assert from_environment({}) is None
     assert from_environment({"PROFCTX_RUN_ID": "r1"}) is None  # a run id alone switches nothing on
@@ -323,8 +323,8 @@ def test_from_environment_reads_and_checks_the_variables(tmp_path: Path) -> None
 
 def test_a_command_that_only_reads_the_config_creates_no_folder(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from profctx._config import load_config
     from profctx.cli import main
+    from profctx.core._config import load_config
 
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "profile.yaml"

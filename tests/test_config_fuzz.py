@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 import profctx
 from profctx import ConfigError
-from profctx._config import CONTENTS, ENGINE_CONTENTS, ENV_FIELDS
+from profctx.core._config import CONTENTS, ENGINE_CONTENTS, ENV_FIELDS
 
 omegaconf = pytest.importorskip("omegaconf")
 

@@ -330,7 +330,7 @@ def test_a_method_bound_before_configure_is_captured_later() -> None:
 def test_a_switch_unpickles_as_the_receiving_processes_switch() -> None:
     import pickle
 
-    from profctx._owner import OWNER
+    from profctx.process._owner import OWNER
 
     switch = OWNER.switch("pickled-role")
     assert pickle.loads(pickle.dumps(switch)) is switch

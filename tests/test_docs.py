@@ -353,7 +353,7 @@ def test_yaml_in_docs_means_the_same_to_every_reader(block: Item) -> None:
     # Readers copy these into Hydra/OmegaConf too, where an unquoted 3:6 becomes 186.
     import yaml
 
-    from profctx._config import yaml_load
+    from profctx.core._config import yaml_load
 
     try:
         plain = yaml.safe_load(block.text)

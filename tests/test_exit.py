@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 import profctx
-from profctx._manifest import read
-from profctx._owner import OWNER
+from profctx.process._owner import OWNER
+from profctx.records._manifest import read
 
 torch = pytest.importorskip("torch")
 
@@ -46,7 +46,7 @@ def _wait_for(proc: subprocess.Popen[str], word: str, timeout: float = 120) -> N
 
 LOOP = """
     import sys, time, profctx, torch
-    from profctx._manifest import ManifestWriter
+    from profctx.records._manifest import ManifestWriter
 
     write = ManifestWriter.write
     def slow(self, record):  # slow appends: SIGTERM lands while the manifest lock is held

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import profctx
-from profctx._manifest import MANIFEST_DIR, read
+from profctx.records._manifest import MANIFEST_DIR, read
 
 
 def test_a_program_that_never_calls_configure_is_profiled_from_the_environment(tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ def test_a_hook_that_raises_is_recorded_and_the_next_one_still_runs(tmp_path: Pa
             pass
     assert profctx.flush()
     assert calls == [1, 2]
-    runtime = profctx._owner.OWNER.runtime
+    runtime = profctx.process._owner.OWNER.runtime
     assert runtime is not None and any("capture hook" in e and "upload failed" in e for e in runtime.errors)
     assert "upload failed" in caplog.text
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import profctx
-from profctx._manifest import iter_records, read
+from profctx.records._manifest import iter_records, read
 
 
 def run(save: Path, rank: int) -> None:

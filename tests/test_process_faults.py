@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from profctx._manifest import read
+from profctx.records._manifest import read
 
 pytest.importorskip("torch")
 

@@ -19,9 +19,10 @@ from typing import Any
 import pytest
 
 import profctx
-from profctx import _manifest, _propagate
-from profctx._owner import OWNER
-from profctx._propagate import CARRIER_KEY
+from profctx.process import _propagate
+from profctx.process._owner import OWNER
+from profctx.process._propagate import CARRIER_KEY
+from profctx.records import _manifest
 
 
 def _configure(tmp_path: Path, **fields: Any) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import profctx
-from profctx._manifest import read
+from profctx.records._manifest import read
 from profctx.testing import RecordingBackend, capture
 
 torch = pytest.importorskip("torch")

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 import profctx
-from profctx._identity import RUN_ID_MAX, launcher_run_id
 from profctx.cli import main
 from profctx.manifest import ManifestReader
+from profctx.util._identity import RUN_ID_MAX, launcher_run_id
 
 
 def _safe(run_id: str) -> bool:
@@ -57,7 +57,8 @@ def test_torchruns_default_none_and_deepspeeds_launcher_name_the_launching_proce
     assert torchrun[0].startswith("torchrun-") and deepspeed[0].startswith("deepspeed-")
     # Same parent process: same id; a sibling started by the same launcher gets it too.
     assert launcher_run_id({"TORCHELASTIC_RUN_ID": "none"}) == torchrun
-    code = "from profctx._identity import launcher_run_id; print(launcher_run_id({'TORCHELASTIC_RUN_ID': 'none'})[0])"
+    code = ("from profctx.util._identity import launcher_run_id; "
+            "print(launcher_run_id({'TORCHELASTIC_RUN_ID': 'none'})[0])")
     other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert other != torchrun[0]  # its launcher is this test process, not this test's parent
 
@@ -70,7 +71,7 @@ def test_any_launcher_id_becomes_a_safe_distinct_file_name(raw: str) -> None:
 
 
 def test_run_id_precedence_configure_then_env_then_launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from profctx._owner import OWNER
+    from profctx.process._owner import OWNER
 
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "abc")
     profctx.configure(steps=[1], save_path=tmp_path, exit_hooks=False, warmup=False)
@@ -150,7 +151,7 @@ def test_summary_and_report_say_which_runs_they_left_out(torchrun_job: Path, tmp
 def test_a_static_torchrun_launch_without_rdzv_id_is_one_run_and_two_launches_two(tmp_path: Path) -> None:
     """``--master-port`` keeps torchrun's static rendezvous, whose id is ``none`` for every launch."""
     script = tmp_path / "ids.py"
-    script.write_text("from profctx._identity import launcher_run_id\nprint('ID', launcher_run_id()[0])\n")
+    script.write_text("from profctx.util._identity import launcher_run_id\nprint('ID', launcher_run_id()[0])\n")
     seen = []
     for _ in range(2):
         with socket.socket() as sock:

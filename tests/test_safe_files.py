@@ -28,10 +28,10 @@ from typing import Any
 import pytest
 
 import profctx
-from profctx._identity import hostname
-from profctx._layout import safe
-from profctx._manifest import read
 from profctx.cli import main
+from profctx.core._layout import safe
+from profctx.records._manifest import read
+from profctx.util._identity import hostname
 
 torch = pytest.importorskip("torch")
 

@@ -21,9 +21,9 @@ from typing import Any, get_args
 import pytest
 
 import profctx
-from profctx import _manifest
 from profctx.engines import EngineAdapter
 from profctx.engines._base import EngineRequest, Outcome
+from profctx.records import _manifest
 from profctx.testing import capture
 
 PACKAGE = Path(profctx.__file__).parent
@@ -270,7 +270,7 @@ class _SilentHook:
 def test_reset_check_sees_leftover_hooks(all_modules: list[types.ModuleType], tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     # The check above must fail when reset() forgets something: here, the owner's hooks.
-    from profctx._owner import OWNER, Owner
+    from profctx.process._owner import OWNER, Owner
 
     end = Owner.end
 
@@ -289,7 +289,7 @@ def test_reset_check_sees_leftover_hooks(all_modules: list[types.ModuleType], tm
     left = _differences(before, process_state())
     monkeypatch.undo()
     OWNER.remove_hook(hook)
-    assert [line.split(":")[0] for line in left] == ["profctx._owner.OWNER"]
+    assert [line.split(":")[0] for line in left] == ["profctx.process._owner.OWNER"]
     assert "'hooks': ('list', [('_SilentHook'" in left[0]
 
 
@@ -397,7 +397,8 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_no_import_cycles() -> None:
     graph = import_graph()
-    assert "profctx._owner" in graph["profctx._runtime"] or "profctx._owner" in graph["profctx._block"]
+    owner = "profctx.process._owner"
+    assert owner in graph["profctx.process._runtime"] or owner in graph["profctx.process._block"]
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or ())
 
@@ -434,7 +435,7 @@ def test_import_profctx_stays_light() -> None:
     env = {"PYTHONPATH": str(PACKAGE.parent), "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     added = ast.literal_eval(out.stdout.strip())
-    assert "profctx._block" in added
+    assert "profctx.process._block" in added
     assert [m for m in added if _heavy(m)] == []
 
 
@@ -458,7 +459,7 @@ def test_a_fresh_import_profctx_loads_no_heavy_module() -> None:
             "    print(f())\n")
     loaded, result = _fresh(code)
     modules = ast.literal_eval(loaded)
-    assert "profctx._block" in modules and "profctx._decorate" in modules
+    assert "profctx.process._block" in modules and "profctx.process._decorate" in modules
     heavy = ("asyncio", "ssl", "torch", "ray", "wrapt", "profctx.engines", "profctx.cli", "logging", "json")
     assert [m for m in modules if any(m == h or m.startswith(h + ".") for h in heavy)] == []
     assert result == "None"  # not configured: the call goes straight to the function
@@ -469,7 +470,7 @@ def test_logging_waits_for_the_first_message() -> None:
     # "profctx" logger, at the level asked for, and a warning keyed once goes to DEBUG the second time.
     code = ("import sys\n"
             "import profctx\n"
-            "from profctx import _log\n"
+            "from profctx.util import _log\n"
             "print('logging' in sys.modules)\n"
             "import logging\n"
             "seen = []\n"
@@ -497,7 +498,7 @@ def test_no_module_import_profctx_loads_imports_heavy_modules() -> None:
         if name not in seen:
             seen.add(name)
             todo.extend(graph[name])
-    assert "profctx._runtime" in seen and not any(_heavy(m) for m in seen)
+    assert "profctx.process._runtime" in seen and not any(_heavy(m) for m in seen)
     direct = {name: sorted(m for m in _module_imports(paths[name], name) if _heavy(m)) for name in seen}
     assert {name: found for name, found in direct.items() if found} == {}
 
@@ -528,6 +529,6 @@ def test_statuses_and_record_kinds_are_literals() -> None:
     assert hints["status"] == _manifest.Status and hints["kind"] == _manifest.Kind
     assert hints["event"] == _manifest.Event
     # The capture's own status follows the same vocabulary where it ends.
-    source = inspect.getsource(importlib.import_module("profctx._capture"))
+    source = inspect.getsource(importlib.import_module("profctx.process._capture"))
     ended = set(re.findall(r'_finished\(\s*"(\w+)"', source))
     assert ended and ended <= set(get_args(_manifest.Status))

@@ -12,9 +12,18 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from profctx import _tracedecode
-from profctx._tracedecode import Heads, MalformedError, Unchecked, as_event, checked, heads, heads_or_values, raws
-from profctx._tracedecode import events as decode
+from profctx.analysis import _tracedecode
+from profctx.analysis._tracedecode import (
+    Heads,
+    MalformedError,
+    Unchecked,
+    as_event,
+    checked,
+    heads,
+    heads_or_values,
+    raws,
+)
+from profctx.analysis._tracedecode import events as decode
 
 FIELDS = ("ph", "name", "cat", "ts", "dur", "pid", "tid")
 
@@ -112,7 +121,7 @@ def test_heads_or_values_parses_what_msgspec_does_not_take(decoder: str) -> None
 def test_the_fallback_without_msgspec_installed(tmp_path: Any) -> None:
     code = (
         "import sys; sys.modules['msgspec'] = None\n"
-        "from profctx import _tracedecode as d\n"
+        "from profctx.analysis import _tracedecode as d\n"
         "assert not d.typed()\n"
         "e = d.events(b'[{\"ph\": \"X\", \"ts\": 1, \"pid\": 2}, 5]')\n"
         "assert type(e) is d.Unchecked and e == [{'ph': 'X', 'ts': 1, 'pid': 2}], e\n"

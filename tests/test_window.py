@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from profctx import ConfigError, StepWindow
-from profctx._window import MAX_STEPS
+from profctx.core._window import MAX_STEPS
 from profctx.testing import strategies as pst
 
 

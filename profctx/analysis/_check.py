@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import ConfigError
+from ..util._errors import ConfigError
 from ._diff import Diff
 
 _THRESHOLD = re.compile(r"^(?P<pattern>.+?)=(?P<value>[0-9]+(?:\.[0-9]+)?)%?$")

@@ -32,11 +32,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
-from .._tracejson import is_trace_file
-from .._untrusted import UnsafeFileError, files_under, resolve
 from ..manifest import CaptureRecord, ManifestReader, drivers, in_groups, latest_run, process_names
+from ..util._untrusted import UnsafeFileError, files_under, resolve
 from ._parallel import Prefetched, jobs_for
 from ._trace import TraceFigures, read_figures
+from ._tracejson import is_trace_file
 
 #: Name and version of the JSON document :meth:`Summary.to_json` returns.
 SCHEMA: Final = "profctx.summary"

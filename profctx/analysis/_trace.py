@@ -27,9 +27,9 @@ from operator import add, attrgetter, eq, gt
 from pathlib import Path
 from typing import Any, Final
 
-from .._plan import RANGES_KEY
-from .._tracedecode import Event, Unchecked, as_event, events
-from .._tracejson import EVENTS, TraceFormatError, TraceStream
+from ..core._plan import RANGES_KEY
+from ._tracedecode import Event, Unchecked, as_event, events
+from ._tracejson import EVENTS, TraceFormatError, TraceStream
 
 #: Categories of device activity (CUDA kernels and copies; torch_npu uses the same names in its JSON).
 DEVICE_CATS: Final = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"})

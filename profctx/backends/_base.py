@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
-from .._identity import Identity
+from ..util._identity import Identity
 
 if TYPE_CHECKING:
-    from .._config import ProfilerConfig
+    from ..core._config import ProfilerConfig
 
 #: What ``Backend.stop`` returns: a function that writes the files and returns their final paths.
 #: profctx runs it off the training thread; it must not touch the profiler's start/stop state.

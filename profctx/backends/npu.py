@@ -17,13 +17,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
-from .._errors import ConfigError, one_of
-from .._layout import safe
-from .._log import warn_once
+from ..core._layout import safe
+from ..util._errors import ConfigError, one_of
+from ..util._log import warn_once
 from ._base import CaptureSpec, Finish
 
 if TYPE_CHECKING:
-    from .._config import ProfilerConfig
+    from ..core._config import ProfilerConfig
 
 #: ``contents`` entry -> ``torch_npu.profiler.profile`` keyword (the same keywords as torch's).
 FLAGS: Final = {

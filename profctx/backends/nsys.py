@@ -24,15 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 
-from .._errors import ConfigError, one_of
-from .._files import write_file
-from .._log import warn_once
-from .._oracle import blocks_of, simulate
-from .._plan import Policy
+from ..core._oracle import blocks_of, simulate
+from ..core._plan import Policy
+from ..util._errors import ConfigError, one_of
+from ..util._files import write_file
+from ..util._log import warn_once
 from ._base import CaptureSpec, Finish
 
 if TYPE_CHECKING:
-    from .._config import ProfilerConfig
+    from ..core._config import ProfilerConfig
 
 #: The NVTX domain role ranges are recorded in.
 DOMAIN: Final = "profctx"

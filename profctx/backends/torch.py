@@ -12,14 +12,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .._errors import ConfigError
-from .._files import create, sweep, working_folder
-from .._log import warn_once
-from .._plan import RANGES_KEY, STEP_MARKER_PREFIX, step_range
+from ..core._plan import RANGES_KEY, STEP_MARKER_PREFIX, step_range
+from ..util._errors import ConfigError
+from ..util._files import create, sweep, working_folder
+from ..util._log import warn_once
 from ._base import CaptureSpec, Finish
 
 if TYPE_CHECKING:
-    from .._config import ProfilerConfig
+    from ..core._config import ProfilerConfig
 
 #: ``contents`` entry -> ``torch.profiler.profile`` keyword.
 FLAGS = {
@@ -207,7 +207,7 @@ def _write(prof: Any, spec: CaptureSpec, final: Path, level: int) -> Sequence[Pa
     Every file object is closed on every path (a failed write holds no disk space once it returns),
     and the working folder is removed whatever happens.
     """
-    from .. import _codec  # gzip, zlib and isal: imported by the first trace written, not by configure()
+    from ..util import _codec  # gzip, zlib and isal: imported by the first trace written, not by configure()
 
     sweep(spec.folder)  # what writers killed mid-write left here
     with working_folder(spec.folder) as (folder_fd, work_fd, work_path):

@@ -13,12 +13,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
-from .._errors import ConfigError, one_of
-from .._files import make_folders, replacing
+from ..util._errors import ConfigError, one_of
+from ..util._files import make_folders, replacing
 from ._base import CaptureSpec, Finish
 
 if TYPE_CHECKING:
-    from .._config import ProfilerConfig
+    from ..core._config import ProfilerConfig
 
 #: ``contents`` this backend understands: memory history is CUDA's; ``stack`` adds C++ frames.
 CONTENTS: Final = ("cuda", "memory", "stack")
@@ -194,7 +194,7 @@ _oom_folder: Path | None = None
 
 def _on_oom(device: int, alloc: int, device_alloc: int, device_free: int) -> None:
     """Write the allocator snapshot at an out-of-memory error; never raise (the OOM error must reach the caller)."""
-    from .._log import warn_once
+    from ..util._log import warn_once
 
     folder = _oom_folder
     if folder is None:

@@ -13,8 +13,8 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from .._layout import MANIFEST_DIR
-from .._plan import role_matches
+from ..core._layout import MANIFEST_DIR
+from ..core._plan import role_matches
 from ..manifest import CaptureRecord, ManifestReader, in_groups, latest_run, runs
 
 #: Exit codes of every subcommand.

@@ -7,11 +7,11 @@ import json
 import sys
 from typing import Any
 
-from .._errors import ConfigError
-from .._untrusted import open_regular
 from ..analysis import Diff, Summary, Threshold, Violation, check, diff, parse_threshold, summarize
 from ..analysis._parallel import AUTO
 from ..manifest import MAX_LINE, ManifestReader, latest_run
+from ..util._errors import ConfigError
+from ..util._untrusted import open_regular
 from ._common import FINDINGS, OK, Progress, Style, UsageError, check_folder, guarded, table
 
 

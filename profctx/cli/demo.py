@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from .._errors import ConfigError
+from ..util._errors import ConfigError
 from ._common import FINDINGS, OK, USAGE, size, table
 
 

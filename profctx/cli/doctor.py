@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from .._config import check_save_path
-from .._errors import ConfigError
+from ..core._config import check_save_path
+from ..util._errors import ConfigError
 from ._common import FINDINGS, OK, Style, guarded
 
 #: Finding levels, in order of concern. Only ``fail`` changes the exit code.

@@ -11,8 +11,8 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from .._listing import GROUPED, UNGROUPED, Indexed, fast_row, read_index
 from ..manifest import DRIVER, CaptureRecord, ManifestReader
+from ..records._listing import GROUPED, UNGROUPED, Indexed, fast_row, read_index
 from ._common import (
     FINDINGS,
     OK,
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _rows(args: argparse.Namespace) -> tuple[ManifestReader, Iterator[Sequence[Any]]]:
-    """Return the manifest reader and the rows of the captures to list (see :mod:`profctx._listing`).
+    """Return the manifest reader and the rows of the captures to list (see :mod:`profctx.records._listing`).
 
     Unfiltered, a shard whose index is up to date is not read: its rows come from the index.
     """

@@ -1,7 +1,7 @@
 """``profctx merge DIR``: one Chrome/Perfetto trace of every rank, role and engine of some steps of a run.
 
 ``--hta`` writes the same captures laid out as Holistic Trace Analysis loads a job instead: a
-folder of one file per rank (:mod:`profctx._hta`). It is an option of ``merge``, not a command of
+folder of one file per rank (:mod:`profctx.analysis._hta`). It is an option of ``merge``, not a command of
 its own, because it is the same merge (the same choice of run, steps and groups, the same clock
 alignment, streaming and damage reports) cut into one file per rank.
 """
@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .._files import make_folders
-from .._hta import Layout, LayoutError, lay_out
-from .._layout import safe
-from .._merge import merge, plan
+from ..analysis._hta import Layout, LayoutError, lay_out
+from ..analysis._merge import merge, plan
+from ..core._layout import safe
 from ..manifest import DRIVER, drivers, in_groups
+from ..util._files import make_folders
 from ._common import FINDINGS, OK, Progress, Style, UsageError, guarded, open_run, size
 
 

@@ -8,9 +8,9 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._config import ProfilerConfig, load_config
-from .._errors import ConfigError
 from ..backends import nsys
+from ..core._config import ProfilerConfig, load_config
+from ..util._errors import ConfigError
 
 OK = 0
 USAGE = 2

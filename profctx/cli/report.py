@@ -7,11 +7,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .._files import sweep, write_file
-from .._report import render
 from ..analysis import summarize_records
 from ..analysis._parallel import AUTO
+from ..analysis._report import render
 from ..manifest import drivers
+from ..util._files import sweep, write_file
 from ._common import FINDINGS, OK, Progress, UsageError, add_filters, guarded, open_run, size, stream_run
 from .analyse import jobs_option, left_out_note
 

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .._config import EngineConfig, ProfilerConfig
-from .._errors import ConfigError
+from ..core._config import EngineConfig, ProfilerConfig
+from ..util._errors import ConfigError
 
 OK = 0
 USAGE = 2
@@ -85,7 +85,7 @@ def load(source: str, overrides: list[str]) -> Any:
     path = Path(source)
     try:
         if path.is_file():
-            from .._yaml import check_aliases
+            from ..util._yaml import check_aliases
 
             check_aliases(path.read_text(encoding="utf-8"))  # OmegaConf would expand an alias bomb for ever
             cfg = OmegaConf.load(path)

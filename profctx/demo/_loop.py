@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import profctx
-from profctx import _manifest
+from profctx.records import _manifest
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,11 @@ import atexit
 import threading
 from collections.abc import Sequence
 
-from .._config import ProfilerConfig
-from .._log import logger
-from .._owner import OWNER
-from .._runtime import Runtime
-from .._scope import Scope
+from ..core._config import ProfilerConfig
+from ..core._scope import Scope
+from ..process._owner import OWNER
+from ..process._runtime import Runtime
+from ..util._log import logger
 from . import _loop
 from ._base import EngineAdapter
 from ._loop import run_sync

@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .._config import EngineConfig
-from .._errors import ConfigError
-from .._layout import capture_folder, safe
-from .._log import logger, warn_once
-from .._owner import OWNER
-from .._runtime import Runtime
-from .._scope import Scope
+from ..core._config import EngineConfig
+from ..core._layout import capture_folder, safe
+from ..core._scope import Scope
+from ..process._owner import OWNER
+from ..process._runtime import Runtime
+from ..util._errors import ConfigError
+from ..util._log import logger, warn_once
 from ._loop import run_sync
 
 T = TypeVar("T")
@@ -579,7 +579,7 @@ def _found(outcome: Outcome | None, save_path: Path, start_wall: float,
 
 
 def _current() -> Scope:
-    from .._scope import current
+    from ..core._scope import current
 
     return current()
 

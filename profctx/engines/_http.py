@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from .._errors import ConfigError
+from ..util._errors import ConfigError
 
 #: The most body bytes read from one answer; more is an error, not a truncation.
 MAX_BODY = 1 << 20

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .._config import EngineConfig
-from .._errors import ConfigError
+from ..core._config import EngineConfig
+from ..util._errors import ConfigError
 from . import sglang as _sglang
 from . import vllm as _vllm
 from ._base import AlreadyActive, EngineAdapter, EngineError, EngineRequest, Outcome

@@ -19,8 +19,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .._config import EngineConfig
-from .._errors import ConfigError
+from ..core._config import EngineConfig
+from ..util._errors import ConfigError
 from ._base import AlreadyActive, EngineAdapter, EngineError, EngineRequest, HttpAdapter, Outcome
 from ._http import Unreachable, request
 

@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._config import EngineConfig, ProfilerConfig
-from .._errors import ConfigError
-from .._owner import OWNER
+from ..core._config import EngineConfig, ProfilerConfig
+from ..process._owner import OWNER
+from ..util._errors import ConfigError
 from ._base import AlreadyActive, EngineAdapter, EngineError, EngineRequest, HttpAdapter, Outcome
 from ._http import Unreachable, request
 

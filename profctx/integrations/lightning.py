@@ -16,10 +16,10 @@ from pathlib import Path
 
 from lightning.pytorch.profilers import Profiler
 
-from .._errors import ConfigError
-from .._log import warn_once
-from .._owner import OWNER
-from .._steps import Steps
+from ..process._owner import OWNER
+from ..process._steps import Steps
+from ..util._errors import ConfigError
+from ..util._log import warn_once
 
 __all__ = ["ProfctxProfiler"]
 

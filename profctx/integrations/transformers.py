@@ -15,10 +15,10 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from .._errors import ConfigError
-from .._log import warn_once
-from .._owner import OWNER
-from .._steps import Steps
+from ..process._owner import OWNER
+from ..process._steps import Steps
+from ..util._errors import ConfigError
+from ..util._log import warn_once
 
 __all__ = ["ProfctxCallback"]
 

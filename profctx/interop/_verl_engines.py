@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .._errors import ConfigError, one_of
+from ..util._errors import ConfigError, one_of
 from ._verl_input import as_flag
 from ._verl_options import CONTENTS, SGLANG_SWITCHES
 from ._verl_report import Report
@@ -39,12 +39,18 @@ def engine_settings(
     out: dict[str, Any] = {"roles": []}
     for key in ("all_ranks", "ranks"):
         report.mark(rollout.path, rollout.block, key, "engines.replicas")
+    engine = engine_name(data)
     if tool not in ("torch", "npu"):
-        report.note(rollout.field("enable"), True, f"verl's vLLM/SGLang servers accept only the torch and npu "
-                    f"tools, not {tool!r}: no engine is driven (engines.roles = [])")
+        if engine == "trtllm":  # verl drives TensorRT-LLM with nsys too: what stops profctx is the engine
+            reason = (f"the rollout engine is TensorRT-LLM, which profctx has no adapter for (verl drives it "
+                      f"with collective_rpc start_profile/stop_profile, with the {tool!r} tool too): no engine "
+                      "is driven (engines.roles = []); profile it with its own tools")
+        else:
+            reason = (f"verl's vLLM/SGLang servers accept only the torch and npu tools, not {tool!r}: no engine "
+                      "is driven (engines.roles = [])")
+        report.note(rollout.field("enable"), True, reason)
         tool_leftovers(report, rollout, tool, "unused: no engine is driven")
         return out
-    engine = engine_name(data)
     if engine == "trtllm":
         report.note(rollout.field("enable"), True, "the rollout engine is TensorRT-LLM, which profctx has no "
                     "adapter for (verl drives it with collective_rpc start_profile/stop_profile, discrete or "
@@ -69,8 +75,9 @@ def engine_settings(
     out.update(_engine_window(report, data, rollout, tool, tc))
     if engine in (None, "vllm") and not out.get("delay") and not out.get("count"):
         report.note(f"{path}.{tool}.profile_token_end", tc.get("profile_token_end"), "verl always launches vLLM "
-                    "with ignore_frontend=true (no front-end process trace); profctx's vLLM launch settings "
-                    "send it only with an engines.delay/count window, so vLLM's front end is traced too")
+                    "with ignore_frontend=true (no front-end process trace), and so does profctx: its vLLM launch "
+                    "settings always send ignore_frontend=true (0.13+) or VLLM_TORCH_PROFILER_DISABLE_ASYNC_LLM=1 "
+                    "(0.12-0.15), with or without an engines.delay/count window; vLLM's front end is not traced")
     for key in ("level", "analysis"):
         if key in tc:
             report.note(f"{path}.{tool}.{key}", tc[key], "profctx sends no NPU level or analysis switch to "

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .._errors import ConfigError
+from ..util._errors import ConfigError
 
 
 def plain(cfg: object) -> dict[str, Any]:
@@ -68,7 +68,7 @@ def _to_plain(value: object) -> object:
 def _read_yaml(path: Path) -> dict[str, Any]:
     import yaml
 
-    from .._yaml import BoundedSafeLoader
+    from ..util._yaml import BoundedSafeLoader
 
     try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=BoundedSafeLoader)  # a SafeLoader

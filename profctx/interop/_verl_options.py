@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from .._errors import ConfigError, one_of
+from ..util._errors import ConfigError, one_of
 from ._verl_input import as_flag, as_mapping
 from ._verl_report import Report, instead
 from ._verl_roles import Role

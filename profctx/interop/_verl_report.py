@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, final
 
-from .._config import ProfilerConfig
+from ..core._config import ProfilerConfig
 
 
 @final

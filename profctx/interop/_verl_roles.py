@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from .._errors import ConfigError
+from ..util._errors import ConfigError
 from ._verl_input import as_flag, as_mapping
 from ._verl_report import Report, leaves
 from ._verl_stages import LATEST, ROLLOUT_ROLE, STAGES

@@ -13,7 +13,7 @@ import functools
 from collections.abc import Mapping
 from typing import Final
 
-from .._errors import ConfigError
+from ..util._errors import ConfigError
 
 #: The verl release lines whose stage names are known, by the first release of each: 0.6 (0.5 and
 #: 0.6: ``fsdp_workers.py``, the critic's stages unnamed), 0.7 (the same workers, every stage named)

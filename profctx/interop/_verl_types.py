@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from .._errors import ConfigError, one_of
+from ..util._errors import ConfigError, one_of
 from ._verl_input import as_flag, as_mapping
 from ._verl_options import NPU_LEVELS
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .._config import ProfilerConfig
-from .._log import warn_once
-from .._window import StepWindow
+from ..core._config import ProfilerConfig
+from ..core._window import StepWindow
+from ..util._log import warn_once
 from ._verl_engines import engine_settings
 from ._verl_input import plain
 from ._verl_options import CONTENTS, NPU_LEVELS, NSYS_OWNED, SGLANG_SWITCHES, tool_settings

@@ -22,13 +22,13 @@ from typing import Any
 
 import ray
 
-from .._files import is_regular, make_folders, write_file
-from .._layout import MANIFEST_DIR
-from .._log import logger, warn_once
-from .._manifest import failed_call
-from .._owner import OWNER
-from .._propagate import _config_dict
-from .._scope import current
+from ..core._layout import MANIFEST_DIR
+from ..core._scope import current
+from ..process._owner import OWNER
+from ..process._propagate import _config_dict
+from ..records._manifest import failed_call
+from ..util._files import is_regular, make_folders, write_file
+from ..util._log import logger, warn_once
 from . import _control, _worker
 from ._control import Sent
 from ._control import message as _message

@@ -18,10 +18,10 @@ from typing import Any
 
 import ray
 
-from .._errors import ConfigError
-from .._log import logger, warn_once
-from .._manifest import failed_call
-from .._owner import OWNER
+from ..process._owner import OWNER
+from ..records._manifest import failed_call
+from ..util._errors import ConfigError
+from ..util._log import logger, warn_once
 
 #: Seconds the driver waits, by default, for a member to answer a control call.
 DEFAULT_TIMEOUT = 60.0

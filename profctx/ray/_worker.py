@@ -23,12 +23,12 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from .. import _api, _lifecycle
-from .._block import Held, hold
-from .._config import ProfilerConfig
-from .._errors import ConfigError
-from .._log import logger, warn_once
-from .._owner import OWNER
+from ..core._config import ProfilerConfig
+from ..process import _api, _lifecycle
+from ..process._block import Held, hold
+from ..process._owner import OWNER
+from ..util._errors import ConfigError
+from ..util._log import logger, warn_once
 
 R = TypeVar("R")
 
@@ -137,10 +137,10 @@ def _undecorated(cls: type) -> list[str]:
 
 def _decorated(fn: Any) -> bool:
     """Whether ``fn``, or a function it wraps (Ray wraps actor methods in its tracing shims), is profctx's."""
-    from .._decorate import GENERATED_FILE, TRAMPOLINE_FILE, TRAMPOLINES
+    from ..process._decorate import GENERATED_FILE, TRAMPOLINE_FILE, TRAMPOLINES
 
     # The proxy type lives in a module that imports wrapt (milliseconds): no proxy exists before it is loaded.
-    wrappers = sys.modules.get("profctx._wrappers")
+    wrappers = sys.modules.get("profctx.process._wrappers")
     proxy = getattr(wrappers, "ProfiledFunction", None)
     for _ in range(8):
         if proxy is not None and isinstance(fn, proxy):

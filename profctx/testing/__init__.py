@@ -14,12 +14,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import _api
-from .._block import profile_step
-from .._config import ProfilerConfig, load
-from .._oracle import Expected, RoleBlock, simulate
-from .._owner import OWNER
-from .._plan import CaptureKey, Policy
+from ..core._config import ProfilerConfig, load
+from ..core._oracle import Expected, RoleBlock, simulate
+from ..core._plan import CaptureKey, Policy
+from ..process import _api
+from ..process._block import profile_step
+from ..process._owner import OWNER
 from ._recording import RecordedCapture, RecordingBackend
 
 __all__ = [

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .._files import write_file
 from ..backends import CaptureSpec, Finish
+from ..util._files import write_file
 
 
 @dataclass

@@ -16,8 +16,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from .._oracle import RoleBlock
-from .._window import StepWindow
+from ..core._oracle import RoleBlock
+from ..core._window import StepWindow
 
 __all__ = [
     "DEFAULT_ROLES",

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from profctx import _codec, _tracedecode
-from profctx.analysis import _trace, read_figures, summarize
+from profctx.analysis import _trace, _tracedecode, read_figures, summarize
+from profctx.util import _codec
 
 from .synth import Spec, trace, write_run
 
@@ -74,7 +74,8 @@ def test_a_damaged_gzip_trace_reads_up_to_the_damage(tmp_path: Path) -> None:
 def test_without_msgspec_and_isal_installed_the_summary_is_the_same(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", Spec(ranks=2, steps=(1,), events=200))
     code = ("import sys; sys.modules['isal'] = None; sys.modules['msgspec'] = None\n"
-            "from profctx import _codec, _tracedecode\n"
+            "from profctx.util import _codec\n"
+            "from profctx.analysis import _tracedecode\n"
             "assert _codec.name() == 'zlib' and not _tracedecode.typed()\n"
             "from profctx.cli import main\n"
             f"sys.exit(main(['summary', {str(run)!r}, '--json', '--no-progress']))\n")

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import profctx
-from profctx._manifest import read
+from profctx.records._manifest import read
 
 from .conftest import Harness, Probe
 

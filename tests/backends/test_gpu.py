@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import profctx
-from profctx._manifest import read
+from profctx.records._manifest import read
 
 pytestmark = [
     pytest.mark.gpu,
@@ -62,8 +62,8 @@ profctx.flush()
 
 @pytest.mark.skipif(shutil.which("nsys") is None, reason="needs the nsys command")
 def test_under_nsys_each_range_becomes_a_report(tmp_path: Path) -> None:
-    from profctx._config import ProfilerConfig
     from profctx.backends.nsys import nsys_command
+    from profctx.core._config import ProfilerConfig
 
     config = ProfilerConfig(steps=[2, 3], tool="nsys", save_path=str(tmp_path))
     script = tmp_path / "run.py"

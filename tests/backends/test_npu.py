@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import profctx
-from profctx._manifest import read
+from profctx.records._manifest import read
 
 from .doubles import torch_npu as npu_double
 

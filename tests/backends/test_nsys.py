@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import profctx
-from profctx._config import ProfilerConfig
-from profctx._manifest import read
 from profctx.backends import nsys
 from profctx.cli import main
+from profctx.core._config import ProfilerConfig
+from profctx.records._manifest import read
 
 from .doubles import cuda as cuda_double
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import profctx
-from profctx._manifest import read
+from profctx.records._manifest import read
 
 from .doubles import cuda as cuda_double
 

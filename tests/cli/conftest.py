@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import profctx  # noqa: E402
-from profctx._layout import MANIFEST_DIR  # noqa: E402
+from profctx.core._layout import MANIFEST_DIR  # noqa: E402
 
 RUN_ID = "clirun"
 WORLD = 2

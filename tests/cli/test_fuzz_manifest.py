@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from profctx import manifest
-from profctx._listing import IndexBuilder, fast_row, index_path, typed_row, write_index
 from profctx.cli import main
+from profctx.records._listing import IndexBuilder, fast_row, index_path, typed_row, write_index
 
 _KEYS = ["capture", "run", "status", "kind", "steps", "step", "role", "rank", "world_size", "host", "pid", "group",
          "seq", "backend", "engine", "version", "replica", "folder", "start_time", "end_time", "duration_s",

@@ -157,7 +157,8 @@ def test_deep_nesting_is_damage_not_a_recursion_error(run_dir: Path, tmp_path: P
                                                        monkeypatch: pytest.MonkeyPatch,
                                                        capsys: pytest.CaptureFixture[str]) -> None:
     if fallback:  # the parsers profctx falls back to without orjson
-        from profctx import _tracejson, manifest
+        from profctx import manifest
+        from profctx.analysis import _tracejson
         monkeypatch.setattr(_tracejson, "_loads", json.loads)
         monkeypatch.setattr(_tracejson, "_ParseError", (ValueError, RecursionError))
         monkeypatch.setattr(manifest, "_parser", lambda: (json.loads, (ValueError, RecursionError)))
@@ -181,7 +182,7 @@ def test_deep_nesting_is_damage_not_a_recursion_error(run_dir: Path, tmp_path: P
 
 def test_a_gzip_bomb_is_cut_at_the_inflation_cap(run_dir: Path, tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    from profctx._tracejson import MAX_RATIO, RATIO_FREE
+    from profctx.analysis._tracejson import MAX_RATIO, RATIO_FREE
 
     folder, _ = hostile_copy(run_dir, tmp_path)
     squeeze = zlib.compressobj(9, zlib.DEFLATED, 31)
@@ -287,7 +288,7 @@ def test_bad_bytes_in_config_sources_are_config_errors(tmp_path: Path) -> None:
 
 def test_a_listing_index_holding_what_no_writer_writes_is_not_used(tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    from profctx._listing import INDEX_VERSION, _line
+    from profctx.records._listing import INDEX_VERSION, _line
 
     (tmp_path / ".profctx").mkdir()
     shard = tmp_path / ".profctx" / "run.rank0-of-1.host.1.jsonl"

@@ -31,8 +31,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import profctx  # noqa: E402
-from profctx._manifest import read  # noqa: E402
 from profctx.cli import main  # noqa: E402
+from profctx.records._manifest import read  # noqa: E402
 
 #: How HTA 0.5.0 finds a file's rank (hta/common/trace_file.py): the first match, line by line.
 HTA_RANK = re.compile(r'"rank":\s+(\d+)')

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from profctx._layout import MANIFEST_DIR
-from profctx._listing import IndexBuilder, index_path, read_index, write_index
-from profctx._manifest import CHECKPOINT_BYTES
 from profctx.cli import main
+from profctx.core._layout import MANIFEST_DIR
+from profctx.records._listing import IndexBuilder, index_path, read_index, write_index
+from profctx.records._manifest import CHECKPOINT_BYTES
 
 
 def _ls(folder: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from profctx import _tracejson
-from profctx._manifest import read
-from profctx._tracejson import TraceFormatError, TraceStream
+from profctx.analysis import _tracejson
+from profctx.analysis._tracejson import TraceFormatError, TraceStream
 from profctx.cli import main
+from profctx.records._manifest import read
 
 from .tef import problems
 

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from analysis.synth import Spec, write_run
 
-from profctx import _codec, _tracedecode
+from profctx.analysis import _tracedecode
 from profctx.cli import main
+from profctx.util import _codec
 
 
 def _merged(save_path: Path, out: Path, *extra: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from profctx import _merge, _tracejson
+from profctx.analysis import _merge, _tracejson
 from profctx.cli import main
 
 from .tef import problems

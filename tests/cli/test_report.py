@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from profctx._report import PALETTE, colours
 from profctx.analysis import read_figures, summarize
+from profctx.analysis._report import PALETTE, colours
 from profctx.cli import main
 
 

@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 import profctx
-from profctx import _manifest
 from profctx.engines import (
     EngineAdapter,
     SGLangEngineAdapter,
@@ -22,6 +21,7 @@ from profctx.engines import (
     VLLMHttpAdapter,
     detach,
 )
+from profctx.records import _manifest
 
 from .doubles import sglang as sg
 from .doubles import vllm as vd

@@ -6,8 +6,9 @@ import threading
 from pathlib import Path
 
 import profctx
-from profctx import _lifecycle, _manifest
 from profctx.engines import attached
+from profctx.process import _lifecycle
+from profctx.records import _manifest
 
 from .conftest import make_kit
 

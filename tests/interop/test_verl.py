@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 import profctx
-from profctx._manifest import read
 from profctx.interop.verl import Conversion, convert
+from profctx.records._manifest import read
 
 from .conftest import load_shape
 

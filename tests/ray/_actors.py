@@ -10,7 +10,7 @@ from typing import Any
 import ray
 
 import profctx
-from profctx._owner import OWNER
+from profctx.process._owner import OWNER
 
 
 def _where() -> dict[str, Any]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from profctx import _manifest
+from profctx.records import _manifest
 
 pytest.importorskip("ray")
 pytest.importorskip("torch")

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 import profctx
-from profctx import _manifest
 from profctx.backends import nsys
 from profctx.cli import main
+from profctx.records import _manifest
 
 ray = pytest.importorskip("ray")
 pray = pytest.importorskip("profctx.ray")

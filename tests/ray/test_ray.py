@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import profctx
-from profctx import _manifest
+from profctx.records import _manifest
 
 ray = pytest.importorskip("ray")
 pray = pytest.importorskip("profctx.ray")

@@ -269,8 +269,8 @@ def main() -> None:
     real = load(root)
     version = root.name
     import profctx
-    from profctx import _manifest
     from profctx.engines import SGLangTokenizerAdapter, attach, detach
+    from profctx.records import _manifest
 
     results: dict[str, Any] = {"version": version}
 

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 import profctx
-from profctx import _manifest, profile_step
+from profctx import profile_step
 from profctx.engines import VLLMAsyncAdapter, attach, launch_settings
 from profctx.engines._loop import run_sync
+from profctx.records import _manifest
 
 from ..conftest import configure, engine_records
 from . import model

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 import profctx
-from profctx import _merge, manifest, profile_step
+from profctx import manifest, profile_step
+from profctx.analysis import _merge
 from profctx.engines import VLLMAdapter, attach, launch_settings
 from profctx.engines._loop import run_sync
 

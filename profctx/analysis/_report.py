@@ -15,8 +15,8 @@ from collections import defaultdict
 from collections.abc import Collection, Sequence
 from typing import Final
 
-from .analysis import CaptureSummary, RoleStep, Summary
-from .manifest import CaptureRecord, drivers, process_names
+from ..manifest import CaptureRecord, drivers, process_names
+from . import CaptureSummary, RoleStep, Summary
 
 #: 20 colours of high mutual contrast (Kelly's list without white and black), given to roles in order of
 #: first appearance, so no two of the first 20 roles share one.

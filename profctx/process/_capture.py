@@ -12,11 +12,11 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from ._layout import capture_folder
-from ._log import logger
-from ._manifest import Status, capture_record, file_entries
-from ._plan import CaptureKey
-from .backends import CaptureSpec
+from ..backends import CaptureSpec
+from ..core._layout import capture_folder
+from ..core._plan import CaptureKey
+from ..records._manifest import Status, capture_record, file_entries
+from ..util._log import logger
 
 if TYPE_CHECKING:
     from ._runtime import Runtime

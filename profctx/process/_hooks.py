@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from ._errors import ConfigError
+from ..util._errors import ConfigError
 from ._owner import OWNER
 
 if TYPE_CHECKING:
-    from .manifest import CaptureRecord
+    from ..manifest import CaptureRecord
 
 Hook = TypeVar("Hook", bound="Callable[[CaptureRecord], object]")
 

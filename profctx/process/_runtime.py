@@ -18,18 +18,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from ..backends import CaptureSpec, backend_class, choose_tool
+from ..core._config import ProfilerConfig
+from ..core._layout import MANIFEST_DIR, Spans, trace_stem
+from ..core._plan import Actions, Enter, Policy, decide, role_matches
+from ..core._scope import Scope
+from ..core._window import StepWindow
+from ..records._manifest import ManifestWriter, Record
+from ..util._errors import ProfilingError
+from ..util._files import make_folders, sweep_tree
+from ..util._identity import Identity, detectable, launcher_run_id, resolve
+from ..util._log import logger, warn_once
 from ._capture import Capture, Range
-from ._config import ProfilerConfig
-from ._errors import ProfilingError
-from ._files import make_folders, sweep_tree
-from ._identity import Identity, detectable, launcher_run_id, resolve
-from ._layout import MANIFEST_DIR, Spans, trace_stem
-from ._log import logger, warn_once
-from ._manifest import ManifestWriter, Record
-from ._plan import Actions, Enter, Policy, decide, role_matches
-from ._scope import Scope
-from ._window import StepWindow
-from .backends import CaptureSpec, backend_class, choose_tool
 
 if TYPE_CHECKING:
     from ._owner import Owner
@@ -557,7 +557,7 @@ class Runtime:
 
         A hook that raises is logged once and kept in :attr:`errors`; the next hook still runs.
         """
-        from .manifest import CaptureRecord  # the public record type; ``import profctx`` stays light
+        from ..manifest import CaptureRecord  # the public record type; ``import profctx`` stays light
 
         record = CaptureRecord(full)
         for hook in list(self.owner.capture_hooks):

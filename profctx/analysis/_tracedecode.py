@@ -11,7 +11,7 @@ it only loses the fields that are not of the expected type. Without msgspec ever
 fallback path.
 
 Every decoder here takes the bytes of a JSON array (``[`` ... ``]``) and raises ``ValueError`` when
-they are not valid JSON (``pos``, when known, says where), as :class:`profctx._tracejson.TraceStream`
+they are not valid JSON (``pos``, when known, says where), as :class:`profctx.analysis._tracejson.TraceStream`
 expects of its parser; nesting too deep for the interpreter is reported the same way.
 """
 
@@ -231,7 +231,7 @@ def heads(data: bytes) -> list[Head] | None:
 def heads_or_values(data: bytes) -> list[Any]:
     """Return :class:`Heads` of the JSON array ``data`` when msgspec takes it, else its parsed values.
 
-    A parser for :class:`profctx._tracejson.TraceStream` (the merge's): raise
+    A parser for :class:`profctx.analysis._tracejson.TraceStream` (the merge's): raise
     :class:`MalformedError` when ``data`` is not valid JSON.
     """
     found = heads(data)

@@ -8,7 +8,7 @@ from contextvars import ContextVar
 from types import MappingProxyType
 from typing import Any, final
 
-from ._owner import OWNER
+from ..process._owner import OWNER
 
 
 @final

@@ -15,7 +15,7 @@ runs are merged, the roles or host:pid when two would share a name).
 Every capture of that process lands in it; a ``profctx captures`` thread holds one span per
 capture (``step 3 · actor_update``), and a first ``steps`` process holds one span per step.
 Flow and async ids are made unique per capture. Inputs are streamed in batches
-(:mod:`profctx._tracejson`), so memory stays near one read buffer whatever the inputs' size.
+(:mod:`profctx.analysis._tracejson`), so memory stays near one read buffer whatever the inputs' size.
 """
 
 from __future__ import annotations
@@ -33,13 +33,13 @@ from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import IO, Any, Final
 
-from . import _codec
-from ._files import create, sweep, temporary_name
-from ._plan import STEP_MARKER_PREFIX
+from ..core._plan import STEP_MARKER_PREFIX
+from ..manifest import DRIVER, CaptureRecord, process_names
+from ..util import _codec
+from ..util._files import create, sweep, temporary_name
+from ..util._untrusted import UnsafeFileError, files_under
 from ._tracedecode import Heads, heads_or_values, raws
 from ._tracejson import EVENTS, TraceFormatError, TraceStream, header, is_trace_file
-from ._untrusted import UnsafeFileError, files_under
-from .manifest import DRIVER, CaptureRecord, process_names
 
 try:
     import orjson as _orjson
@@ -88,7 +88,7 @@ class MergeInput:
     path: Path
     record: CaptureRecord
     order: tuple[Any, ...]
-    #: The run folder the file must lie in (a manifest is untrusted: see :mod:`profctx._untrusted`).
+    #: The run folder the file must lie in (a manifest is untrusted: see :mod:`profctx.util._untrusted`).
     root: Path | None = None
 
 
@@ -110,7 +110,7 @@ class MergeResult:
     unmarked: list[str] = field(default_factory=list)
 
 
-#: A :class:`~profctx._tracedecode.Head`'s phase, pid and tid.
+#: A :class:`~profctx.analysis._tracedecode.Head`'s phase, pid and tid.
 _PHASE: Final = attrgetter("ph")
 _PID: Final = attrgetter("pid")
 _TID: Final = attrgetter("tid")
@@ -310,7 +310,7 @@ def merge(
     reported in :attr:`MergeResult.problems` (events read before the damage are kept).
     ``progress(done_bytes, total_bytes)`` is called as input bytes are consumed.
 
-    For a file of a layout that other tools read (:mod:`profctx._hta`): ``base_ns`` sets the
+    For a file of a layout that other tools read (:mod:`profctx.analysis._hta`): ``base_ns`` sets the
     clock base (to share one between files), ``first_keys`` are written first in the file, and
     ``step_markers`` leaves out the ``steps`` process and the capture spans, and gives each step
     one ``ProfilerStep#N`` range, as torch's schedule does: over every event of the step's

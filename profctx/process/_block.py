@@ -9,12 +9,12 @@ from contextvars import ContextVar, Token
 from types import MappingProxyType, TracebackType
 from typing import Any, final
 
+from ..core._scope import ROOT, SCOPE, Scope, Unfrozen, ambient, merge_tags, role_parts
+from ..util._errors import ConfigError
 from ._api import configure_from_environment
 from ._capture import Capture, Range
-from ._errors import ConfigError
 from ._owner import OWNER
 from ._runtime import Opened, Runtime
-from ._scope import ROOT, SCOPE, Scope, Unfrozen, ambient, merge_tags, role_parts
 
 #: The capture blocks of this task record into (their own, a joined run, or one refused).
 CONTEXT: ContextVar[Capture | None] = ContextVar("profctx.capture", default=None)

@@ -10,7 +10,7 @@ user's and may be a link.
 Modes: files ``0o666`` and folders ``0o777``, minus the process's umask (what ``open`` and
 ``mkdir`` give by default, so a team can read each other's traces as before); working folders
 (torch's export) are ``0o700``. ``private=True`` in the config makes ``save_path`` itself ``0o700``
-(see :func:`profctx._config.probe_save_path`), which keeps everything below it to this account.
+(see :func:`profctx.core._config.probe_save_path`), which keeps everything below it to this account.
 
 A temporary's name carries the writing process's pid and host
 (``.profctx-tmp-{pid}-{random}-{host}.tmp``), so :func:`sweep` can remove those of dead processes.

@@ -17,10 +17,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final, Literal, TypedDict
 
-from ._files import make_folders
-from ._identity import Identity
-from ._layout import MANIFEST_DIR, safe
-from ._log import logger, warn_once
+from ..core._layout import MANIFEST_DIR, safe
+from ..util._files import make_folders
+from ..util._identity import Identity
+from ..util._log import logger, warn_once
 
 #: How a shard's name ends.
 SUFFIX: Final = ".jsonl"
@@ -37,7 +37,7 @@ Kind = Literal["step", "role", "engine", "remote"]
 FULL_DISK_BACKOFF: Final = 1.0
 #: Records kept in memory while the shard cannot be written; older ones are dropped (and counted).
 PENDING_LIMIT: Final = 10_000
-#: The shard grows by this many bytes between two segments of its listing index (see :mod:`profctx._listing`):
+#: The shard grows by this many bytes between two segments of its listing index (see :mod:`profctx.records._listing`):
 #: about 80 captures, a millisecond of CPU to index, and at most this much left for ``ls`` to parse after a kill.
 CHECKPOINT_BYTES: Final = 64 * 1024
 
@@ -176,7 +176,7 @@ class ManifestWriter:
         self._retry_at = 0.0
         self.dropped = 0
         self.failed: str | None = None
-        # The listing index kept as the shard grows (a profctx._listing.IndexBuilder, made at the
+        # The listing index kept as the shard grows (a profctx.records._listing.IndexBuilder, made at the
         # first checkpoint: the reader and json are not imported before); False once it stopped.
         self._index: Any = None
         self._end = 0  # where the last record written ends
@@ -214,7 +214,7 @@ class ManifestWriter:
             return True
 
     def _checkpoint(self) -> None:
-        """Append a segment to the shard's listing index (see :mod:`profctx._listing`); never raises."""
+        """Append a segment to the shard's listing index (see :mod:`profctx.records._listing`); never raises."""
         index = self._index
         if index is False:
             return
@@ -288,7 +288,7 @@ class ManifestWriter:
         """Write what is pending (retrying up to ``timeout`` seconds), close the shard; return success.
 
         Once every record is written, the shard's listing index gets its last segment (see
-        :mod:`profctx._listing`), under the lock so that no record lands while it is built; an
+        :mod:`profctx.records._listing`), under the lock so that no record lands while it is built; an
         index that stopped on the way is written anew from the whole shard.
         """
         deadline = time.monotonic() + timeout
@@ -324,7 +324,7 @@ def iter_records(save_path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     A line that does not parse (a shard cut short by a crash) is skipped. Delegates to
     :class:`profctx.manifest.ManifestReader`.
     """
-    from . import manifest  # the reader (and json): imported by the first read, not by import profctx
+    from .. import manifest  # the reader (and json): imported by the first read, not by import profctx
 
     return manifest.ManifestReader(save_path).lines()
 
@@ -336,7 +336,7 @@ def read(save_path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     (still running, or its process died). Delegates to :class:`profctx.manifest.ManifestReader`;
     :func:`profctx.manifest.read` returns typed records instead.
     """
-    from . import manifest
+    from .. import manifest
 
     merged = list(manifest.ManifestReader(save_path).merged())
     return sorted(merged, key=_order)

@@ -6,7 +6,7 @@ its shard, appended to as the shard grows (:class:`IndexBuilder`), so that a run
 running is indexed too. Every line of it is compact JSON, a tab and the CRC-32 of that JSON in
 hex, so a line torn by a kill, or altered, is known and not used. The first line is the header,
 ``{"index": INDEX_VERSION, "shard": name}``. Then one segment per checkpoint: the writer appends
-one each time the shard has grown by ``CHECKPOINT_BYTES`` (64 kB, in :mod:`profctx._manifest`)
+one each time the shard has grown by ``CHECKPOINT_BYTES`` (64 kB, in :mod:`profctx.records._manifest`)
 and a last one when it closes. A segment covers the shard's bytes ``[a, b)`` (``a``: the previous
 segment's ``b``; ``b``: just after a newline) and holds: ``lines``, the shard's lines before ``b``;
 ``crc``, the CRC-32 of the 4 kB before ``b``; ``ids`` and ``rows``, the captures finished in
@@ -37,9 +37,9 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any, Final
 
-from ._files import create, temporary_name
-from ._untrusted import open_regular
-from .manifest import _STARTED, DRIVER, MAX_LINE, CaptureRecord, ManifestReader, _capture_id, _parser
+from ..manifest import _STARTED, DRIVER, MAX_LINE, CaptureRecord, ManifestReader, _capture_id, _parser
+from ..util._files import create, temporary_name
+from ..util._untrusted import open_regular
 
 #: Version of the index format and of the cells it holds: raise it whenever a row's cells change.
 INDEX_VERSION: Final = 2

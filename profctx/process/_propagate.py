@@ -17,13 +17,13 @@ from contextvars import Token
 from types import TracebackType
 from typing import Any, Final, Literal, TypeVar, final
 
+from ..core._config import ProfilerConfig
+from ..core._scope import SCOPE, Scope
+from ..util._errors import ConfigError
+from ..util._log import first, logger, warn_once
 from . import _api
 from ._block import profile_step
-from ._config import ProfilerConfig
-from ._errors import ConfigError
-from ._log import first, logger, warn_once
 from ._owner import OWNER
-from ._scope import SCOPE, Scope
 
 R = TypeVar("R")
 

@@ -17,7 +17,7 @@ import threading
 from types import FrameType
 from typing import Any, Final
 
-from ._log import logger
+from ..util._log import logger
 from ._owner import OWNER
 
 #: Seconds the exit hook waits for trace files still being written.

@@ -16,9 +16,9 @@ import threading
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from ._config import ProfilerConfig
+    from ..core._config import ProfilerConfig
+    from ..core._scope import Scope
     from ._runtime import Runtime
-    from ._scope import Scope
 
 
 class RoleHook(Protocol):

@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any, Final, final
 
-from ._errors import ConfigError
+from ..util._errors import ConfigError
 
 #: Most steps one window may name; a profiled run of more steps is a mistake, not a plan.
 MAX_STEPS: Final = 100_000

@@ -6,12 +6,12 @@ from threading import get_ident
 from types import TracebackType
 from typing import Any, final
 
+from ..core._scope import ROOT, Scope, Unfrozen, merge_tags, role_parts
+from ..util._errors import ConfigError
+from ..util._log import warn_once
 from ._block import Session, check
 from ._capture import Capture
-from ._errors import ConfigError
-from ._log import warn_once
 from ._owner import OWNER
-from ._scope import ROOT, Scope, Unfrozen, merge_tags, role_parts
 
 
 @final

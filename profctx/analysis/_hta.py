@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from ._layout import safe
+from ..core._layout import safe
+from ..manifest import CaptureRecord, drivers
 from ._merge import MergeInput, MergeResult, clock_base, merge, plan
-from .manifest import CaptureRecord, drivers
 
 #: File name of rank ``R`` in a layout folder.
 RANK_FILE: Final = "rank{rank}.pt.trace.json.gz"

@@ -1,7 +1,7 @@
 """The oracle: the captures a one-threaded loop makes, by executing the plan with no profiler.
 
 ``profctx.testing.expected_captures`` (users' property tests), the test suite's properties and
-the nsys range count use it. Kept apart from :mod:`profctx._plan` so that ``import profctx``
+the nsys range count use it. Kept apart from :mod:`profctx.core._plan` so that ``import profctx``
 does not build these types (the runtime never needs them).
 """
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final, Literal, final
 
-from ._errors import ConfigError, one_of
-from ._files import temporary_name
+from ..util._errors import ConfigError, one_of
+from ..util._files import temporary_name
 from ._window import MAX_STEPS, StepWindow, range_exceeds
 
 MODES: Final = ("step", "role")
@@ -163,7 +163,7 @@ class ProfilerConfig:
         if isinstance(self.save_path, os.PathLike):
             _set(self, "save_path", os.fspath(self.save_path))
         check_save_path("save_path", self.save_path)
-        from .backends import known
+        from ..backends import known
 
         if not isinstance(self.tool, str) or self.tool not in known():
             raise ConfigError("tool", self.tool, one_of(known()))
@@ -254,7 +254,7 @@ class ProfilerConfig:
         ``cfg`` is a whole verl trainer config or its profiler parts (mapping, DictConfig or YAML
         path). For the report of unmapped fields use ``profctx.interop.verl.convert(cfg)``.
         """
-        from .interop.verl import from_verl
+        from ..interop.verl import from_verl
 
         return from_verl(cfg)
 
@@ -474,7 +474,7 @@ def yaml_load(text: str, *, origin: str = "<text>") -> Any:
         import yaml
     except ImportError:  # pragma: no cover - depends on the environment
         raise ConfigError("config", origin, "YAML needs PyYAML: pip install 'profctx[yaml]'") from None
-    from ._yaml import SliceSafeLoader
+    from ..util._yaml import SliceSafeLoader
 
     loader = None
     try:
@@ -502,7 +502,7 @@ def _set(obj: object, name: str, value: object) -> None:
 
 
 def _known_tools() -> tuple[str, ...]:
-    from .backends import known
+    from ..backends import known
 
     return known()
 

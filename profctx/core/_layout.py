@@ -7,7 +7,7 @@ import threading
 import time
 from pathlib import Path
 
-from ._identity import Identity
+from ..util._identity import Identity
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 

@@ -8,10 +8,10 @@ import types
 from collections.abc import AsyncGenerator, Callable, Generator
 from typing import Any, TypeVar, overload
 
+from ..core._scope import SCOPE, current
+from ..records._manifest import failed_call
 from ._block import Session, enter_role, leave_role, profile_step
-from ._manifest import failed_call
 from ._owner import OWNER
-from ._scope import SCOPE, current
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -188,7 +188,7 @@ def _by_value(fn: types.FunctionType, role: str | None) -> dict[str, Any]:
 #: The trampolines' function names, and the end of the path of the file they are defined in (how a
 #: worker tells them from bare copies; the copy keeps the path of the process that pickled it).
 TRAMPOLINES = frozenset({"agen", "coro", "gen", "call"})
-TRAMPOLINE_FILE = "profctx/_decorate.py"
+TRAMPOLINE_FILE = "profctx/process/_decorate.py"
 
 
 def _trampoline(fn: Any, role: str | None) -> Callable[..., Any]:
@@ -239,7 +239,7 @@ def _name_of(target: Any) -> str:
 
 
 def __getattr__(name: str) -> Any:
-    """The wrapper types, from :mod:`profctx._wrappers` (imported on first use: it imports wrapt)."""
+    """The wrapper types, from :mod:`profctx.process._wrappers` (imported on first use: it imports wrapt)."""
     if name in ("ProfiledFunction", "ProfiledBoundFunction"):
         from . import _wrappers
 

@@ -12,8 +12,8 @@ tries an earlier boundary and, last, decodes one value at a time, so any valid J
 Everything outside the array (metadata keys, before or after it) is decoded value by value.
 
 What it reads is untrusted (run folders come from elsewhere): the file is opened as
-:func:`profctx._untrusted.open_regular` opens it (a regular file, never blocking, inside the
-run folder when one is given), JSON nested deeper than :data:`~profctx._untrusted.MAX_DEPTH`
+:func:`profctx.util._untrusted.open_regular` opens it (a regular file, never blocking, inside the
+run folder when one is given), JSON nested deeper than :data:`~profctx.util._untrusted.MAX_DEPTH`
 is damage, and a gzip stream that inflates more than :data:`MAX_RATIO` times its compressed
 size (past its first :data:`RATIO_FREE` bytes) or beyond :data:`MAX_INFLATED` is cut there.
 """
@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any, Final
 
-from . import _codec
-from ._untrusted import MAX_DEPTH, open_regular, too_deep
+from ..util import _codec
+from ..util._untrusted import MAX_DEPTH, open_regular, too_deep
 
 try:
     import orjson as _orjson
@@ -78,14 +78,14 @@ class DamagedDataError(ValueError):
 class TraceStream:
     """Open one trace file and walk its top level: metadata keys and event batches, in file order.
 
-    ``root``: the run folder the file must lie in (see :func:`profctx._untrusted.open_regular`);
-    raise :class:`~profctx._untrusted.UnsafeFileError` (an :class:`OSError`) for a file refused.
+    ``root``: the run folder the file must lie in (see :func:`profctx.util._untrusted.open_regular`);
+    raise :class:`~profctx.util._untrusted.UnsafeFileError` (an :class:`OSError`) for a file refused.
 
     ``loads`` parses an event slice (the bytes of a JSON array) into the values a batch holds and
     raises ``ValueError`` when they are not JSON; the default gives dicts (orjson, else the standard
-    library), :mod:`profctx._tracedecode` gives only the fields a reader needs. Values decoded one at a
+    library), :mod:`profctx.analysis._tracedecode` gives only the fields a reader needs. Values decoded one at a
     time (after damage, or a cut that never parses) are always plain JSON values, with
-    :attr:`raw` ``None``. A ``.gz`` file inflates through :mod:`profctx._codec` (isal when installed).
+    :attr:`raw` ``None``. A ``.gz`` file inflates through :mod:`profctx.util._codec` (isal when installed).
 
     ``consumed`` is how many bytes of the file (compressed bytes for ``.gz``) were read so
     far, for progress display. Use as a context manager; not thread-safe.

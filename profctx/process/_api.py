@@ -5,14 +5,15 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from . import _lifecycle, _log
-from ._config import ProfilerConfig, from_environment, load
+from ..backends import backend_class, check_config, resolve_tool
+from ..core._config import ProfilerConfig, from_environment, load
+from ..util import _log
+from . import _lifecycle
 from ._owner import OWNER
 from ._runtime import Runtime
-from .backends import backend_class, check_config, resolve_tool
 
 if TYPE_CHECKING:
-    from .engines import EngineAdapter
+    from ..engines import EngineAdapter
 
 
 def configure(config: object = None, /, **fields: Any) -> ProfilerConfig | None:
@@ -104,14 +105,14 @@ def attach(*adapters: EngineAdapter) -> None:
 
     See :func:`profctx.engines.attach` (imported on first use, so ``import profctx`` stays light).
     """
-    from .engines import _attach  # engines pull asyncio and HTTP: only when used
+    from ..engines import _attach  # engines pull asyncio and HTTP: only when used
 
     _attach.attach(*adapters)
 
 
 def detach(*adapters: EngineAdapter) -> None:
     """Detach engine adapters (all when none is given); see :func:`profctx.engines.detach`."""
-    from .engines import _attach
+    from ..engines import _attach
 
     _attach.detach(*adapters)
 

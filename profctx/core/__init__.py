@@ -1,0 +1,1 @@
+"""profctx core layer (see docs/architecture.md)."""

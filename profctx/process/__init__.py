@@ -1,0 +1,1 @@
+"""profctx process layer (see docs/architecture.md)."""

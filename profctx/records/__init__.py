@@ -1,0 +1,1 @@
+"""profctx records layer (see docs/architecture.md)."""

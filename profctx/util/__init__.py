@@ -1,0 +1,1 @@
+"""profctx util layer (see docs/architecture.md)."""
