@@ -3,6 +3,7 @@ background import racing the program's own, a clean exit while another thread is
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -36,6 +37,61 @@ def test_a_process_that_cannot_capture_never_imports_the_backend(tmp_path: Path)
     done = _run(NOT_SELECTED, str(tmp_path))
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+UNSELECTED_TOOLS = """
+    import sys, profctx
+    for tool in ("nsys", "torch_memory", "npu", "torch"):
+        profctx.configure(steps=[1], ranks=[1], rank=0, save_path=sys.argv[1], tool=tool)
+        with profctx.profile_step(1), profctx.profile_step(role="update"):
+            pass
+        assert profctx.get_config().tool == tool
+    profctx.reset()
+    print(sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "torch_npu", "nvtx")))
+"""
+
+
+def _stand_in(root: Path, name: str, **version: str | None) -> None:
+    """Install ``name`` under ``root`` as a package whose import fails loudly; ``version`` writes its version.py."""
+    (root / name).mkdir()
+    (root / name / "__init__.py").write_text(f"raise SystemExit('{name} was imported')\n")
+    if version:
+        (root / name / "version.py").write_text("".join(f"{k} = {v!r}\n" for k, v in version.items()))
+
+
+def test_unselected_ranks_check_every_tool_without_importing_it(tmp_path: Path) -> None:
+    # A CUDA torch, torch_npu and nvtx that end the process if imported: the check reads, never imports.
+    site = tmp_path / "site"
+    site.mkdir()
+    _stand_in(site, "torch", __version__="2.9.0+cu128", cuda="12.8", hip=None)
+    _stand_in(site, "torch_npu")
+    _stand_in(site, "nvtx")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), *sys.path])}
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(UNSELECTED_TOOLS), str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=120, check=False, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
+
+CPU_ONLY_REFUSAL = """
+    import sys, profctx
+    for tool in ("nsys", "torch_memory"):
+        try:
+            profctx.configure(steps=[1], ranks=[1], rank=0, save_path=sys.argv[1], tool=tool)
+        except profctx.ConfigError as exc:
+            print(tool, exc.field, "CPU-only" in str(exc))
+    print(sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "nvtx")))
+"""
+
+
+def test_a_cpu_only_torch_is_refused_for_cuda_tools_without_importing_it(tmp_path: Path) -> None:
+    import torch
+
+    if torch.backends.cuda.is_built():
+        pytest.skip("needs a CPU-only torch build")
+    done = _run(CPU_ONLY_REFUSAL, str(tmp_path))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:3] == ["nsys tool True", "torch_memory tool True", "[]"]
 
 
 COMPILER_IMPORT = """

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import importlib.metadata
+import importlib.util
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +77,73 @@ def check_config(backend_cls: type[Any], config: ProfilerConfig) -> None:
     check = getattr(backend_cls, "check_config", None)
     if check is not None:
         check(config)
+
+
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported, found without importing it (or its parent package's code)."""
+    if module in sys.modules:
+        return sys.modules[module] is not None
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def torch_cuda_built() -> bool | None:
+    """Whether the installed torch is a CUDA (or ROCm) build; ``None`` when torch is not installed.
+
+    A torch already imported answers itself; otherwise the build is read from ``torch/version.py``
+    without importing torch (seconds and about 200 MB), so a process that cannot capture checks a
+    config for free. Where that file cannot be read, torch is imported.
+    """
+    module: Any = sys.modules.get("torch")
+    if module is None:
+        built = _built_from_version_file()
+        if built is not None:
+            return built
+        try:
+            module = importlib.import_module("torch")
+        except ImportError:
+            return None
+    return bool(module.backends.cuda.is_built())
+
+
+def torch_version() -> str:
+    """Return the installed torch's version, read without importing it (``"?"`` when unknown)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return str(getattr(torch, "__version__", "?"))
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+def _built_from_version_file() -> bool | None:
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    locations = list(spec.submodule_search_locations or ())
+    if not locations:
+        return None
+    try:
+        with open(Path(locations[0]) / "version.py", encoding="utf-8") as file:
+            tree = ast.parse(file.read())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    found: dict[str, object] = {}
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else (
+            node.target if isinstance(node, ast.AnnAssign) else None)
+        value = getattr(node, "value", None)
+        if isinstance(target, ast.Name) and isinstance(value, ast.Constant):
+            found[target.id] = value.value
+    if "cuda" not in found:
+        return None
+    return found.get("cuda") is not None or found.get("hip") is not None
 
 
 def no_files() -> Sequence[Path]:

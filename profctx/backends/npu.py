@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 from ..core._layout import safe
 from ..util._errors import ConfigError, one_of
 from ..util._log import warn_once
-from ._base import CaptureSpec, Finish
+from ._base import CaptureSpec, Finish, installed
 
 if TYPE_CHECKING:
     from ..core._config import ProfilerConfig
@@ -89,13 +89,14 @@ class NpuBackend:
 
     @classmethod
     def check_config(cls, config: ProfilerConfig) -> None:
-        """Refuse a config this backend cannot run: no torch_npu, CUDA contents, bad options."""
-        try:
-            import torch_npu  # noqa: F401
-        except ImportError:
+        """Refuse a config this backend cannot run: no torch_npu, CUDA contents, bad options.
+
+        torch_npu is found, not imported (a process that cannot capture never pays for it).
+        """
+        if not installed("torch_npu"):
             raise ConfigError(
                 "tool", config.tool, "the npu backend needs torch_npu (Ascend); use tool='torch' elsewhere"
-            ) from None
+            )
         for item in config.contents:
             if item not in CONTENTS:
                 raise ConfigError("contents", item, f"the npu backend records {one_of(CONTENTS)}")

@@ -29,7 +29,7 @@ from ..core._plan import Policy
 from ..util._errors import ConfigError, one_of
 from ..util._files import write_file
 from ..util._log import warn_once
-from ._base import CaptureSpec, Finish
+from ._base import CaptureSpec, Finish, installed, torch_cuda_built, torch_version
 
 if TYPE_CHECKING:
     from ..core._config import ProfilerConfig
@@ -68,23 +68,24 @@ class NsysBackend:
 
     @classmethod
     def check_config(cls, config: ProfilerConfig) -> None:
-        """Refuse a config this backend cannot run: a CPU-only torch build, no ``nvtx``, bad options."""
-        try:
-            import torch
-        except ImportError:
-            raise ConfigError("tool", config.tool, "the nsys backend needs torch with CUDA") from None
-        if not torch.backends.cuda.is_built():
+        """Refuse a config this backend cannot run: a CPU-only torch build, no ``nvtx``, bad options.
+
+        Neither torch nor ``nvtx`` is imported here (a process that cannot capture never pays for
+        them); one that can imports both in :meth:`prepare`.
+        """
+        built = torch_cuda_built()
+        if built is None:
+            raise ConfigError("tool", config.tool, "the nsys backend needs torch with CUDA")
+        if not built:
             raise ConfigError(
                 "tool", config.tool,
-                f"torch {torch.__version__} is a CPU-only build, where torch.cuda.profiler.start() raises; "
+                f"torch {torch_version()} is a CPU-only build, where torch.cuda.profiler.start() raises; "
                 "install a CUDA build of torch, or use tool='torch'",
             )
-        try:
-            import nvtx  # noqa: F401
-        except ImportError:
+        if not installed("nvtx"):
             raise ConfigError(
                 "tool", config.tool, "the nsys backend marks roles with the nvtx package: pip install 'profctx[nvtx]'"
-            ) from None
+            )
         for item in config.contents:
             if item not in CONTENTS:
                 raise ConfigError("contents", item, f"the nsys backend records {one_of(CONTENTS)}")

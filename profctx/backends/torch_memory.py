@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from ..util._errors import ConfigError, one_of
 from ..util._files import make_folders, replacing
-from ._base import CaptureSpec, Finish
+from ._base import CaptureSpec, Finish, torch_cuda_built, torch_version
 
 if TYPE_CHECKING:
     from ..core._config import ProfilerConfig
@@ -47,15 +47,17 @@ class TorchMemoryBackend:
 
     @classmethod
     def check_config(cls, config: ProfilerConfig) -> None:
-        """Refuse a config this backend cannot run: a CPU-only torch build, bad contents or options."""
-        try:
-            import torch
-        except ImportError:
-            raise ConfigError("tool", config.tool, "the torch_memory backend needs torch with CUDA") from None
-        if not torch.backends.cuda.is_built():
+        """Refuse a config this backend cannot run: a CPU-only torch build, bad contents or options.
+
+        torch is not imported here (a process that cannot capture never pays for it).
+        """
+        built = torch_cuda_built()
+        if built is None:
+            raise ConfigError("tool", config.tool, "the torch_memory backend needs torch with CUDA")
+        if not built:
             raise ConfigError(
                 "tool", config.tool,
-                f"torch {torch.__version__} is a CPU-only build, which records no CUDA memory history; "
+                f"torch {torch_version()} is a CPU-only build, which records no CUDA memory history; "
                 "install a CUDA build of torch",
             )
         for item in config.contents:
