@@ -64,6 +64,11 @@ class ProfilerSchema:
     exit_hooks: bool = True
     warmup: bool = True
     private: bool = False
+    on_demand: bool = False
+    on_demand_max_captures: int = 10
+    auto_capture: Any = None
+    timeline: bool = True
+    summary_at_exit: bool = False
     run_id: Optional[str] = None  # noqa: UP045
     engines: EngineSchema = field(default_factory=EngineSchema)
     tool_options: dict[str, Any] = field(default_factory=dict)
