@@ -223,6 +223,10 @@ class EngineAdapter(ABC):
         """
         with self._lock:
             if self._active is not None or self._busy:
+                if self._active is None and self._settling:
+                    raise AlreadyActive(f"{self.describe()} is still settling a start or stop that passed its "
+                                        "timeout (engines.start_timeout / engines.stop_timeout); nothing new is "
+                                        "started until it answers")
                 raise AlreadyActive(f"{self.describe()} is already profiling (capture {self._active_id()})")
             self._busy = True
         call = asyncio.ensure_future(self._start(request))
@@ -367,9 +371,10 @@ class EngineAdapter(ABC):
         if engines.replicas != "all" and self.replica not in engines.replicas:
             return False
         with self._lock:
-            if self._active is not None or self._busy:
+            if self._active is not None:
                 logger.debug("profctx: %s already profiling; not started again", self.describe())
                 return False
+        # A start or stop still settling (one passed its timeout) reaches start_request: recorded skipped.
         request = plan(scope, engines, runtime.save_path.as_posix(), self.engine, self.replica)
         base = {
             "capture": request.capture,
