@@ -1,10 +1,10 @@
 """profctx: step- and role-aware profiling for distributed RL and LLM training."""
 
 from .core._config import EngineConfig, ProfilerConfig
-from .core._scope import Scope, current
+from .core._scope import Scope
 from .core._window import StepWindow
 from .process._api import attach, configure, detach, flush, get_config, is_configured, reset
-from .process._block import profile_step
+from .process._block import current, profile_step
 from .process._decorate import profiled
 from .process._hooks import on_capture, remove_on_capture
 from .process._propagate import adopt, bind, extract, inject

@@ -8,8 +8,6 @@ from contextvars import ContextVar
 from types import MappingProxyType
 from typing import Any, final
 
-from ..process._owner import OWNER
-
 
 @final
 class Scope:
@@ -164,24 +162,12 @@ ROOT = Scope()
 SCOPE: ContextVar[Scope] = ContextVar("profctx.scope", default=ROOT)
 
 
-def current() -> Scope:
-    """Return the ambient scope of the calling task or thread.
+def under(scope: Scope, base: Scope) -> Scope:
+    """Return ``scope`` placed inside ``base``: ``base``'s step, ``base``'s roles then ``scope``'s, both tags merged.
 
-    Outside any step block, a step held for the whole process (a Ray worker inside a step its
-    driver entered, ``profctx.ray.group``) is the step, with the task's own roles and tags.
+    What a block with no step of its own sees inside a step held for the whole process
+    (``process._block.ambient``); ``scope``'s own step, if any, is ignored.
     """
-    return ambient(SCOPE.get())
-
-
-def ambient(scope: Scope) -> Scope:
-    """Return ``scope`` (the task's own), under the process's held step when it has no step of its own.
-
-    A held step's roles (``profctx.Steps.begin_role``) come first in the role path.
-    """
-    held = OWNER.held
-    if held is None or scope.step is not None:
-        return scope
-    base: Scope = held.scope
     new = Unfrozen()
     new.step = base.step
     new.roles = base.roles + scope.roles if base.roles else scope.roles

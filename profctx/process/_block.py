@@ -9,7 +9,7 @@ from contextvars import ContextVar, Token
 from types import MappingProxyType, TracebackType
 from typing import Any, final
 
-from ..core._scope import ROOT, SCOPE, Scope, Unfrozen, ambient, merge_tags, role_parts
+from ..core._scope import ROOT, SCOPE, Scope, Unfrozen, merge_tags, role_parts, under
 from ..util._errors import ConfigError
 from ._api import configure_from_environment
 from ._capture import Capture, Range
@@ -22,6 +22,26 @@ CONTEXT: ContextVar[Capture | None] = ContextVar("profctx.capture", default=None
 Tokens = tuple[Token[Scope], Token[Capture | None] | None]
 #: The tags of a ``@profiled`` call (none: it only adds its role).
 _NO_TAGS: MappingProxyType[str, Any] = MappingProxyType({})
+
+
+def current() -> Scope:
+    """Return the ambient scope of the calling task or thread.
+
+    Outside any step block, a step held for the whole process (a Ray worker inside a step its
+    driver entered, ``profctx.ray.group``) is the step, with the task's own roles and tags.
+    """
+    return ambient(SCOPE.get())
+
+
+def ambient(scope: Scope) -> Scope:
+    """Return ``scope`` (the task's own), under the process's held step when it has no step of its own.
+
+    A held step's roles (``profctx.Steps.begin_role``) come first in the role path.
+    """
+    held = OWNER.held
+    if held is None or scope.step is not None:
+        return scope
+    return under(scope, held.scope)
 
 
 class Session:
@@ -223,7 +243,7 @@ class Held:
     """A step held open for the whole process, not by one task's block (``hold``).
 
     While held, blocks with no step of their own, on any thread or task of the process, are
-    inside this step (``_scope.ambient``) and record into its capture. Released on the thread
+    inside this step (:func:`ambient`) and record into its capture. Released on the thread
     that held it, because the native profiler stops on the thread that started it.
     """
 
@@ -376,11 +396,17 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
                 return new  # type: ignore[return-value]
             if step is None and role is not None and held is None:
                 # A role that opens nothing, or is a range of a live capture: drawn here (no Session).
-                scope = parent.child(None, role, self._tags)
+                tags = self._tags
+                new = Unfrozen()
+                new.step = at
+                new.roles = parent.roles + role_parts(role)
+                new._tags = merge_tags(parent._tags, tags) if tags else parent._tags
+                new.__class__ = Scope  # type: ignore[assignment]
+                scope: Scope = new  # type: ignore[assignment]
                 capture = CONTEXT.get()
-                name = rt.role_block(capture, scope.step, scope.roles)
+                name = rt.role_block(capture, at, scope.roles)
                 if name is not None:
-                    OWNER.open_gate(self)
+                    owner.open_gate(self)
                     entry: Range | None = None
                     try:
                         if name and capture is not None:
@@ -392,7 +418,7 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
                             if entry is not None and capture is not None:
                                 capture.close_range(entry)
                         finally:
-                            OWNER.close_gate(self)
+                            owner.close_gate(self)
                         raise
         session = self._new()
         tokens: Tokens | None = None

@@ -8,9 +8,9 @@ import types
 from collections.abc import AsyncGenerator, Callable, Generator
 from typing import Any, TypeVar, overload
 
-from ..core._scope import SCOPE, current
+from ..core._scope import SCOPE
 from ..records._manifest import failed_call
-from ._block import Session, enter_role, leave_role, profile_step
+from ._block import Session, current, enter_role, leave_role, profile_step
 from ._owner import OWNER
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -78,8 +78,8 @@ class Owner:
     a capture starts or ends, or engines are attached.
     """
 
-    __slots__ = ("_lock", "capture_hooks", "carried", "carry_cache", "config", "control", "driver", "env_read", "gate",
-                 "held", "hooks", "last_step", "runtime", "step_hooks", "switches")
+    __slots__ = ("_lit", "_lock", "capture_hooks", "carried", "carry_cache", "config", "control", "driver", "env_read",
+                 "gate", "held", "hooks", "last_step", "runtime", "step_hooks", "switches")
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -95,6 +95,8 @@ class Owner:
         self.hooks: list[RoleHook] = []
         #: One entry per block of this process inside an in-window step.
         self.gate: list[object] = []
+        #: Whether the switches were last computed with the gate open (``refresh``).
+        self._lit = False
         #: Role name -> its switch (shared by every ``@profiled`` function of that role).
         self.switches: dict[str, Switch] = {}
         #: Whether the ``PROFCTX_*`` environment was read (by ``configure()``, or by the first
@@ -129,11 +131,16 @@ class Owner:
     def refresh(self) -> None:
         """Recompute every switch from the gate, the live capture and the attached hooks."""
         with self._lock:
-            for role, switch in self.switches.items():
-                self._set(role, switch)
+            # ``_lit`` first, the gate read again after: a block that opened or closed the gate
+            # meanwhile saw the new ``_lit`` (and refreshes) or is seen here (and we go again).
+            lit = None
+            while lit != bool(self.gate):
+                lit = self._lit = bool(self.gate)
+                for role, switch in self.switches.items():
+                    self._set(role, switch)
 
     def _set(self, role: str, switch: Switch) -> None:
-        on = bool(self.gate) and self._wants(role)
+        on = self._lit and self._wants(role)
         if on and not switch:
             switch.append(True)
         elif not on and switch:
@@ -144,21 +151,24 @@ class Owner:
         return runtime is not None and runtime.wants_role(role, engines=bool(self.hooks))
 
     def open_gate(self, token: object) -> None:
-        """Note a block inside an in-window step (switches are recomputed on the first)."""
-        with self._lock:
-            self.gate.append(token)
-            if len(self.gate) == 1:
-                self.refresh()
+        """Note a block inside an in-window step (switches are recomputed on the first).
+
+        No lock while the gate is already open: ``list.append`` is atomic, and a block that
+        opens it while the last one closes it is settled by :meth:`refresh`.
+        """
+        self.gate.append(token)
+        if not self._lit:
+            self.refresh()
 
     def close_gate(self, token: object) -> None:
         """Undo :meth:`open_gate` for ``token`` (switches go off with the last)."""
-        with self._lock:
-            try:
-                self.gate.remove(token)
-            except ValueError:
-                return
-            if not self.gate:
-                self.refresh()
+        gate = self.gate
+        try:
+            gate.remove(token)
+        except ValueError:
+            return
+        if not gate:
+            self.refresh()
 
     # -- hooks --------------------------------------------------------------------------------
 

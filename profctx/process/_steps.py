@@ -18,7 +18,7 @@ from ._owner import OWNER
 class Mark:
     """One step or role a :class:`Steps` object holds for the process (the owner's ``held``).
 
-    Read as the process's held step is read (``_scope.ambient``, ``_block.Session``): blocks
+    Read as the process's held step is read (``_block.ambient``, ``_block.Session``): blocks
     with no step of their own are inside ``scope`` and record into ``target``. ``session`` is
     ``None`` when the plan could open nothing for it (out of the window): the mark then only
     names the scope, built when first read. :meth:`release` ends this mark and the marks it is

@@ -23,7 +23,7 @@ from typing import Any
 import ray
 
 from ..core._layout import MANIFEST_DIR
-from ..core._scope import current
+from ..process._block import current
 from ..process._owner import OWNER
 from ..process._propagate import _config_dict
 from ..records._manifest import failed_call
