@@ -1,0 +1,446 @@
+"""Read a run's step timelines and mark anomalous steps and stragglers.
+
+Each process that marks steps writes ``{save_path}/.profctx/*.timeline`` (see
+:mod:`profctx.process._timeline`): a header line naming the run and the process, then one JSON line
+per step (``step``, ``start``, ``time_s``, ``roles``: name -> [seconds, blocks]) and, when steps were
+dropped, a ``dropped`` line. The folder is untrusted input: only regular files inside it are read
+(:mod:`profctx.util._untrusted`), a line longer than :data:`MAX_LINE` is skipped unread, at most
+:data:`MAX_BYTES` are read over all files, and a line that does not parse (a torn last line after a
+crash, garbage) is counted and skipped.
+
+The rules, one pure function each (:func:`anomalies`, :func:`stragglers`):
+
+- a step is **anomalous** when its time (the median over processes) exceeds ``factor`` (2) times
+  the median of the ``window`` (20) steps before it, with at least ``min_history`` (5) of them, and by
+  at least ``min_s`` (1 ms);
+- a process **straggles** in a step when its time exceeds ``ratio`` (1.2) times the median of the
+  other processes' times in that step, and by at least ``min_s``.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from ..core._layout import MANIFEST_DIR
+from ..util._untrusted import UnsafeFileError, inside, open_regular, too_deep
+
+#: How a timeline file's name ends (see :mod:`profctx.process._timeline`).
+SUFFIX: Final = ".timeline"
+SCHEMA: Final = "profctx.timeline"
+#: Version of the JSON document :func:`to_json` returns.
+VERSION: Final = 1
+#: Highest line-format version read; newer lines are skipped.
+LINE_VERSION: Final = 1
+#: A line longer than this is skipped unread (a step line is about 100 bytes, plus 40 per role).
+MAX_LINE: Final = 1 << 20
+#: Bytes read at most over all timeline files of a folder.
+MAX_BYTES: Final = 512 << 20
+#: Timeline files read at most.
+MAX_FILES: Final = 10_000
+
+ANOMALY_FACTOR: Final = 2.0
+ANOMALY_WINDOW: Final = 20
+MIN_HISTORY: Final = 5
+STRAGGLER_RATIO: Final = 1.2
+MIN_S: Final = 0.001
+
+
+@dataclass
+class StepTime:
+    """One step of one process: its wall time and its top-level roles' (name -> (seconds, blocks))."""
+
+    time_s: float
+    start: float | None
+    roles: dict[str, tuple[float, int]]
+
+
+@dataclass
+class Process:
+    """One process's timeline (one file; a process whose rank changed writes a second file)."""
+
+    name: str
+    run: str
+    rank: int | None
+    world_size: int | None
+    group: str | None
+    host: str
+    pid: int | None
+    file: str
+    steps: dict[int, StepTime] = field(default_factory=dict)
+    dropped: int = 0
+
+
+@dataclass
+class Timelines:
+    """What a folder holds: the processes of the run chosen, the runs present, what could not be read."""
+
+    processes: list[Process]
+    runs: list[str]
+    damaged: list[str]
+    truncated: bool = False
+
+
+def files(save_path: str | os.PathLike[str]) -> list[Path]:
+    """Return the timeline files under ``save_path`` (none when the manifest folder is a link or outside it)."""
+    folder = Path(save_path) / MANIFEST_DIR
+    if folder.is_symlink() or not inside(save_path, folder):
+        return []
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    return [folder / n for n in names if n.endswith(SUFFIX)][:MAX_FILES]
+
+
+def _lines(path: Path, root: str | os.PathLike[str], budget: list[int], damaged: list[str]) -> Iterable[bytes]:
+    """Yield the whole lines of ``path`` (a line over :data:`MAX_LINE`, or a torn last line, is left out)."""
+    try:
+        handle = open_regular(path, root)
+    except UnsafeFileError as exc:
+        damaged.append(f"{path.name}: not read ({exc})")
+        return
+    except OSError as exc:
+        damaged.append(f"{path.name}: unreadable ({exc.strerror or exc})")
+        return
+    with handle:
+        number = 0
+        while budget[0] > 0:
+            line = handle.readline(min(MAX_LINE + 1, budget[0]))
+            if not line:
+                return
+            budget[0] -= len(line)
+            number += 1
+            if not line.endswith(b"\n"):
+                if len(line) > MAX_LINE:  # skip to the end of the line, unheld
+                    damaged.append(f"{path.name}:{number} (a line over {MAX_LINE >> 20} MB, not read)")
+                    while budget[0] > 0:
+                        rest = handle.readline(min(MAX_LINE, budget[0]))
+                        budget[0] -= len(rest)
+                        if not rest or rest.endswith(b"\n"):
+                            break
+                    continue
+                if budget[0] > 0:
+                    damaged.append(f"{path.name}:{number} (a torn last line: the process was cut short)")
+                return
+            yield line
+
+
+def _number(value: Any) -> float | None:
+    if type(value) in (int, float) and value == value and abs(value) != float("inf"):
+        return float(value)
+    return None
+
+
+def _text(value: Any, limit: int = 200) -> str | None:
+    return value[:limit] if isinstance(value, str) else None
+
+
+def read(save_path: str | os.PathLike[str], run: str | None = "latest") -> Timelines:
+    """Return the timelines under ``save_path`` of ``run`` (``"latest"``: the run that started last; ``None``: all).
+
+    Never raises for what a file holds; unreadable files and lines are listed in ``damaged``.
+    """
+    import json
+
+    damaged: list[str] = []
+    budget = [MAX_BYTES]
+    found: list[Process] = []
+    for path in files(save_path):
+        process: Process | None = None
+        for number, line in enumerate(_lines(path, save_path, budget, damaged), 1):
+            try:
+                record = json.loads(line)
+            except (ValueError, RecursionError):
+                damaged.append(f"{path.name}:{number}")
+                continue
+            if type(record) is not dict or (line.count(b"{") + line.count(b"[") > 64 and too_deep(line)):
+                damaged.append(f"{path.name}:{number}")
+                continue
+            if "schema" in record:
+                version = record.get("v")
+                if record.get("schema") != SCHEMA or type(version) is not int or version > LINE_VERSION:
+                    damaged.append(f"{path.name}: not a timeline this reader understands")
+                    break
+                rank, size, pid = record.get("rank"), record.get("world_size"), record.get("pid")
+                process = Process(
+                    name="", run=_text(record.get("run")) or "-",
+                    rank=rank if type(rank) is int else None, world_size=size if type(size) is int else None,
+                    group=_text(record.get("group"), 64), host=_text(record.get("host")) or "?",
+                    pid=pid if type(pid) is int else None, file=path.name)
+                found.append(process)
+                continue
+            if process is None:
+                damaged.append(f"{path.name}:{number} (a step before the header)")
+                continue
+            if "dropped" in record:
+                dropped = record.get("dropped")
+                if type(dropped) is int and dropped >= 0:
+                    process.dropped = max(process.dropped, dropped)
+                continue
+            step, seconds = record.get("step"), _number(record.get("time_s"))
+            if type(step) is not int or step < 0 or seconds is None or seconds < 0:
+                damaged.append(f"{path.name}:{number}")
+                continue
+            roles: dict[str, tuple[float, int]] = {}
+            raw = record.get("roles")
+            if isinstance(raw, dict):
+                for name, value in list(raw.items())[:256]:
+                    if isinstance(value, list) and len(value) == 2 and _number(value[0]) is not None \
+                            and type(value[1]) is int:
+                        roles[str(name)[:200]] = (float(value[0]), value[1])
+            process.steps[step] = StepTime(seconds, _number(record.get("start")), roles)
+    runs = _runs(found)
+    chosen = (runs[-1] if runs else None) if run == "latest" else run
+    kept = [p for p in found if chosen is None or p.run == chosen]
+    _name(kept)
+    return Timelines(kept, runs, damaged, truncated=budget[0] <= 0)
+
+
+def _runs(processes: Sequence[Process]) -> list[str]:
+    """Return the runs in order of their first step's start (the latest last)."""
+    first: dict[str, float] = {}
+    for process in processes:
+        starts = [s.start for s in process.steps.values() if s.start is not None]
+        when = min(starts) if starts else 0.0
+        first[process.run] = min(first.get(process.run, when), when)
+    return sorted(first, key=lambda r: (first[r], r))
+
+
+def _name(processes: list[Process]) -> None:
+    """Name each process ``rank R`` (``group/rank R`` in a worker group); a name taken twice gets its pid."""
+    for process in processes:
+        rank = "?" if process.rank is None else str(process.rank)
+        process.name = f"{process.group}/rank{rank}" if process.group else f"rank{rank}"
+    counts: dict[str, int] = {}
+    for process in processes:
+        counts[process.name] = counts.get(process.name, 0) + 1
+    for process in processes:
+        if counts[process.name] > 1:
+            process.name = f"{process.name}@{process.host}:{process.pid}"
+
+
+# -- the analysis: pure functions ---------------------------------------------------------------
+
+
+@dataclass
+class Anomaly:
+    """A step slower than ``ratio`` times the median of the steps before it (``baseline_s``)."""
+
+    ratio: float
+    baseline_s: float
+    history: int
+
+
+@dataclass
+class Straggler:
+    """A process slower than ``ratio`` times the median of the other processes in a step."""
+
+    process: str
+    time_s: float
+    ratio: float
+
+
+@dataclass
+class StepRow:
+    """One step across processes."""
+
+    step: int
+    time_s: float
+    max_s: float
+    slowest: str
+    times: dict[str, float]
+    roles: dict[str, float]
+    counts: dict[str, int]
+    anomaly: Anomaly | None = None
+    stragglers: list[Straggler] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        """Return this row as JSON-safe values."""
+        return {
+            "step": self.step, "time_s": self.time_s, "max_s": self.max_s, "slowest": self.slowest,
+            "processes": self.times,
+            "roles": {name: {"time_s": t, "count": self.counts.get(name, 0)} for name, t in self.roles.items()},
+            "anomaly": None if self.anomaly is None else {"ratio": self.anomaly.ratio,
+                                                          "baseline_s": self.anomaly.baseline_s,
+                                                          "history": self.anomaly.history},
+            "stragglers": [{"process": s.process, "time_s": s.time_s, "ratio": s.ratio} for s in self.stragglers],
+        }
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The thresholds of :func:`anomalies` and :func:`stragglers`."""
+
+    factor: float = ANOMALY_FACTOR
+    window: int = ANOMALY_WINDOW
+    min_history: int = MIN_HISTORY
+    straggler_ratio: float = STRAGGLER_RATIO
+    min_s: float = MIN_S
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the rules as stated in the JSON document."""
+        return {
+            "anomaly": {"factor": self.factor, "window": self.window, "min_history": self.min_history,
+                        "min_s": self.min_s,
+                        "rule": "median time over processes > factor x median of the previous `window` steps "
+                                "(at least `min_history` of them), by at least min_s"},
+            "straggler": {"ratio": self.straggler_ratio, "min_s": self.min_s,
+                          "rule": "a process's step time > ratio x median of the other processes' times, by at "
+                                  "least min_s"},
+        }
+
+
+def anomalies(times: Sequence[float], rules: Rules) -> list[Anomaly | None]:
+    """Return, per step of ``times`` (in step order), its :class:`Anomaly` or ``None``."""
+    out: list[Anomaly | None] = []
+    for i, value in enumerate(times):
+        history = times[max(0, i - rules.window):i]
+        if len(history) < rules.min_history:
+            out.append(None)
+            continue
+        base = statistics.median(history)
+        if value > rules.factor * base and value - base >= rules.min_s:
+            out.append(Anomaly(value / base if base > 0 else float("inf"), base, len(history)))
+        else:
+            out.append(None)
+    return out
+
+
+def stragglers(times: Mapping[str, float], rules: Rules) -> list[Straggler]:
+    """Return the processes of one step (``times``: process -> seconds) that straggle, slowest first."""
+    if len(times) < 2:
+        return []
+    found = []
+    for name, value in times.items():
+        others = statistics.median([v for n, v in times.items() if n != name])
+        if value > rules.straggler_ratio * others and value - others >= rules.min_s:
+            found.append(Straggler(name, value, value / others if others > 0 else float("inf")))
+    return sorted(found, key=lambda s: -s.time_s)
+
+
+def rows(timelines: Timelines, rules: Rules = Rules()) -> list[StepRow]:
+    """Return one row per step of the run, in step order, anomalies and stragglers marked."""
+    steps = sorted({s for p in timelines.processes for s in p.steps})
+    out: list[StepRow] = []
+    for step in steps:
+        times = {p.name: p.steps[step].time_s for p in timelines.processes if step in p.steps}
+        slowest = max(times, key=lambda n: times[n])
+        spent: dict[str, list[float]] = {}
+        counts: dict[str, int] = {}
+        for process in timelines.processes:
+            entry = process.steps.get(step)
+            if entry is None:
+                continue
+            for name, (seconds, count) in entry.roles.items():
+                spent.setdefault(name, []).append(seconds)
+                counts[name] = counts.get(name, 0) + count
+        roles = {name: statistics.median(values) for name, values in spent.items()}
+        row = StepRow(step, statistics.median(times.values()), times[slowest], slowest, times, roles, counts)
+        row.stragglers = stragglers(times, rules)
+        out.append(row)
+    for row, anomaly in zip(out, anomalies([r.time_s for r in out], rules), strict=True):
+        row.anomaly = anomaly
+    return out
+
+
+def role_order(found: Sequence[StepRow]) -> list[str]:
+    """Return the role names of ``found``, by total time, largest first."""
+    totals: dict[str, float] = {}
+    for row in found:
+        for name, seconds in row.roles.items():
+            totals[name] = totals.get(name, 0.0) + seconds
+    return sorted(totals, key=lambda n: (-totals[n], n))
+
+
+def to_json(timelines: Timelines, found: Sequence[StepRow], rules: Rules) -> dict[str, Any]:
+    """Return the versioned ``profctx.timeline`` document."""
+    return {
+        "schema": SCHEMA, "version": VERSION,
+        "run": timelines.processes[0].run if timelines.processes else None,
+        "runs": timelines.runs,
+        "processes": [{"name": p.name, "rank": p.rank, "world_size": p.world_size, "group": p.group,
+                       "host": p.host, "pid": p.pid, "file": p.file, "steps": len(p.steps), "dropped": p.dropped}
+                      for p in timelines.processes],
+        "rules": rules.to_json(),
+        "roles": role_order(found),
+        "steps": [row.to_json() for row in found],
+        "anomalies": [row.step for row in found if row.anomaly is not None],
+        "straggler_steps": [row.step for row in found if row.stragglers],
+        "damaged": timelines.damaged,
+        "truncated": timelines.truncated,
+    }
+
+
+# -- the HTML report's section ---------------------------------------------------------------------
+
+
+def html_section(save_path: str | os.PathLike[str], run: str | None, rules: Rules = Rules()) -> str:
+    """Return the report's "Step timeline" section: step times as an inline SVG, anomalies marked; ``""`` if none."""
+    timelines = read(save_path, run if run is not None else "latest")
+    found = rows(timelines, rules)
+    if not found:
+        return ""
+    e = html.escape
+    width, height, left, top = 1180, 160, 60, 10
+    peak = max(r.max_s for r in found) or 1.0
+    n = len(found)
+    step_w = (width - left - 10) / max(n, 1)
+    bars = []
+    for i, row in enumerate(found):
+        x = left + i * step_w
+        h = (height - top - 20) * row.time_s / peak
+        colour = "#be0032" if row.anomaly is not None else ("#f38400" if row.stragglers else "#0067a5")
+        tip = f"step {row.step}: {_secs(row.time_s)} (median over processes), max {_secs(row.max_s)} {row.slowest}"
+        if row.anomaly is not None:
+            tip += f"; anomaly: {row.anomaly.ratio:.1f}x the median of the previous {row.anomaly.history} steps"
+        if row.stragglers:
+            tip += "; stragglers: " + ", ".join(f"{s.process} {s.ratio:.1f}x" for s in row.stragglers[:5])
+        bars.append(f'<rect x="{x:.1f}" y="{height - 20 - h:.1f}" width="{max(step_w - 1, 0.5):.1f}" '
+                    f'height="{h:.1f}" fill="{colour}"><title>{e(tip)}</title></rect>')
+    axis = (f'<text x="{left - 4}" y="{top + 8}" text-anchor=end font-size=10>{e(_secs(peak))}</text>'
+            f'<text x="{left - 4}" y="{height - 20}" text-anchor=end font-size=10>0</text>'
+            f'<text x="{left}" y="{height - 6}" font-size=10>step {found[0].step}</text>'
+            f'<text x="{width - 10}" y="{height - 6}" text-anchor=end font-size=10>step {found[-1].step}</text>')
+    flagged = [r for r in found if r.anomaly is not None or r.stragglers][:50]
+    table = ""
+    if flagged:
+        cells = "".join(
+            f"<tr><td>{r.step}</td><td>{e(_secs(r.time_s))}</td><td>{e(_secs(r.max_s))} {e(r.slowest)}</td>"
+            f"<td>{e(_flags(r))}</td></tr>" for r in flagged)
+        table = f"<table><tr><th>step</th><th>time</th><th>max</th><th>marked</th></tr>{cells}</table>"
+    names = ", ".join(p.name for p in timelines.processes[:20])
+    return (f"<h2 id=step-timeline>Step timeline</h2><p class=hint>Every step's wall time (median over processes; "
+            f"{len(timelines.processes)} process(es): {e(names)}), profiled or not. Red: an anomaly (over "
+            f"{rules.factor:g}x the median of the previous {rules.window} steps); orange: a straggler (a process over "
+            f"{rules.straggler_ratio:g}x the median of the others). <code>profctx timeline</code> prints it per "
+            f"role.</p><svg width={width} height={height} role=img>{axis}{''.join(bars)}</svg>{table}")
+
+
+def _flags(row: StepRow) -> str:
+    parts = []
+    if row.anomaly is not None:
+        parts.append(f"anomaly {row.anomaly.ratio:.1f}x prev-{row.anomaly.history} median")
+    for s in row.stragglers[:3]:
+        parts.append(f"straggler {s.process} {s.ratio:.1f}x")
+    if len(row.stragglers) > 3:
+        parts.append(f"+{len(row.stragglers) - 3} stragglers")
+    return "; ".join(parts)
+
+
+def flags(row: StepRow) -> str:
+    """Return what is marked in ``row``, as one line: the anomaly and the stragglers."""
+    return _flags(row)
+
+
+def _secs(s: float) -> str:
+    if s < 1e-3:
+        return f"{s * 1e6:.0f} us"
+    if s < 1:
+        return f"{s * 1e3:.3g} ms"
+    return f"{s:.3g} s"

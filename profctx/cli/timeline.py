@@ -1,0 +1,183 @@
+"""``profctx timeline DIR``: every step's wall time and its top-level roles', anomalies and stragglers marked."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..analysis._timeline import (
+    ANOMALY_FACTOR,
+    ANOMALY_WINDOW,
+    MIN_HISTORY,
+    STRAGGLER_RATIO,
+    Rules,
+    StepRow,
+    files,
+    flags,
+    read,
+    role_order,
+    rows,
+    to_json,
+)
+from ._common import FINDINGS, OK, Style, UsageError, guarded, table
+from .analyse import seconds
+
+#: Roles shown as columns at most; the others are summed in one column.
+MAX_ROLE_COLUMNS = 6
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``timeline`` subcommand."""
+    parser = subparsers.add_parser(
+        "timeline",
+        help="every step's wall time and its roles', anomalies and stragglers marked (no profiler needed)",
+        description="Read the step timelines every process writes beside the manifest (timeline=True, the "
+                    "default) and print one row per step: its time (median over processes), the slowest process "
+                    "and its time, each top-level role's time (median over processes), and the marks. A step is "
+                    "an ANOMALY when its time exceeds --factor times the median of the --window steps before it "
+                    f"(at least {MIN_HISTORY}); a process STRAGGLES when its step time exceeds --straggler-ratio "
+                    "times the median of the other processes; differences under --min-ms are never marked. "
+                    "--json prints the versioned 'profctx.timeline' document. Exit code 1 when the folder holds "
+                    "no timeline.",
+    )
+    parser.add_argument("dir", metavar="DIR", help="the save_path of the run")
+    parser.add_argument("--run", default="latest", metavar="ID", help="run id, 'latest' (default) or 'all'")
+    parser.add_argument("--steps", type=_span, metavar="A-B", help="only steps A to B (inclusive; 'A-' or '-B' open)")
+    parser.add_argument("--rows", type=int, default=60, metavar="N",
+                        help="at most N rows: more steps are shown in bins of consecutive steps, the marked steps "
+                             "listed after the table (default 60; 0: every step)")
+    parser.add_argument("--factor", type=float, default=ANOMALY_FACTOR, metavar="F",
+                        help="anomaly: a step over F times the median of the previous steps (default "
+                             f"{ANOMALY_FACTOR:g})")
+    parser.add_argument("--window", type=int, default=ANOMALY_WINDOW, metavar="N",
+                        help=f"anomaly: how many previous steps the median is taken over (default {ANOMALY_WINDOW})")
+    parser.add_argument("--straggler-ratio", type=float, default=STRAGGLER_RATIO, metavar="R",
+                        help="straggler: a process over R times the median of the other processes (default "
+                             f"{STRAGGLER_RATIO:g})")
+    parser.add_argument("--min-ms", type=float, default=1.0, metavar="MS",
+                        help="never mark a difference under MS milliseconds (default 1)")
+    parser.add_argument("--json", action="store_true", help="print the JSON document instead of the table")
+    parser.set_defaults(func=guarded(run))
+
+
+def _span(text: str) -> tuple[int | None, int | None]:
+    """Parse ``--steps``: ``A-B``, ``A-``, ``-B`` or ``A``."""
+    first, dash, last = text.partition("-")
+    try:
+        a = int(first) if first.strip() else None
+        b = (int(last) if last.strip() else None) if dash else a
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: steps as A-B, A-, -B or A (integers)") from None
+    if a is not None and b is not None and b < a:
+        raise argparse.ArgumentTypeError(f"{text!r}: the last step is before the first")
+    return a, b
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the timeline of ``args.dir``; return 1 when it holds none."""
+    folder = Path(args.dir).expanduser()
+    if not folder.is_dir():
+        raise UsageError(f"{args.dir}: no such folder" if not folder.exists() else f"{args.dir}: not a folder")
+    if args.factor <= 1 or args.straggler_ratio <= 1:
+        raise UsageError("--factor and --straggler-ratio must be greater than 1")
+    if args.window < 1 or args.rows < 0 or args.min_ms < 0:
+        raise UsageError("--window must be 1 or more, --rows and --min-ms 0 or more")
+    if not files(folder):
+        print(f"profctx timeline: {args.dir}: no step timeline here (each process configured with this save_path "
+              "writes .profctx/*.timeline once it has marked steps, unless timeline=False)", file=sys.stderr)
+        return FINDINGS
+    timelines = read(folder, None if args.run == "all" else args.run)
+    if not timelines.processes:
+        known = ", ".join(timelines.runs) or "none readable"
+        print(f"profctx timeline: {args.dir}: no timeline of run {args.run} (runs: {known})", file=sys.stderr)
+        return FINDINGS
+    rules = Rules(args.factor, args.window, min(MIN_HISTORY, args.window), args.straggler_ratio, args.min_ms / 1000)
+    found = rows(timelines, rules)  # the marks come from the whole run, whatever --steps shows
+    if args.steps is not None:
+        a, b = args.steps
+        found = [r for r in found if (a is None or r.step >= a) and (b is None or r.step <= b)]
+    if args.json:
+        json.dump(to_json(timelines, found, rules), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return OK
+    print(render(timelines.processes[0].run, [p.name for p in timelines.processes], found, args.rows,
+                 Style(sys.stdout), dropped=sum(p.dropped for p in timelines.processes)))
+    for problem in timelines.damaged[:10]:
+        print(f"unreadable: {problem}", file=sys.stderr)
+    if len(timelines.damaged) > 10:
+        print(f"unreadable: {len(timelines.damaged) - 10} more", file=sys.stderr)
+    if timelines.truncated:
+        print("note: the timelines are larger than this command reads at once; later steps are left out",
+              file=sys.stderr)
+    if len(timelines.runs) > 1 and args.run == "latest":
+        print(f"note: {len(timelines.runs) - 1} other run(s) in this folder left out (--run all, or --run ID)")
+    return OK
+
+
+def render(run_id: str, processes: list[str], found: list[StepRow], max_rows: int, style: Style,
+           dropped: int = 0) -> str:
+    """Return the timeline as a table: a row per step (or per bin of steps), then the marked steps."""
+    if not found:
+        return f"run {run_id}: no step in the range asked for"
+    roles = role_order(found)
+    shown, rest = roles[:MAX_ROLE_COLUMNS], roles[MAX_ROLE_COLUMNS:]
+    marked = [r for r in found if r.anomaly is not None or r.stragglers]
+    shown_names = ", ".join(processes[:8]) + (f" and {len(processes) - 8} more" if len(processes) > 8 else "")
+    head = (f"run {run_id}: {len(found)} steps ({found[0].step}-{found[-1].step}), {len(processes)} process"
+            f"{'es' if len(processes) != 1 else ''} ({shown_names}); "
+            f"{sum(1 for r in found if r.anomaly is not None)} anomalous, "
+            f"{sum(1 for r in found if r.stragglers)} with stragglers")
+    out = [style(head, "bold")]
+    headers = ["STEP", "TIME", "MAX", "SLOWEST", *shown, *(["(other roles)"] if rest else []), "MARKS"]
+    binned = max_rows and len(found) > max_rows
+    size = -(-len(found) // max_rows) if binned else 1
+    lines = []
+    for i in range(0, len(found), size):
+        group = found[i:i + size]
+        lines.append(_cells(group, shown, rest))
+    out.append(table(headers, lines, right=set(range(1, len(headers) - 1)) - {3}))
+    if binned:
+        out.append(f"(bins of {size} steps: TIME is the median of the bin's steps, MAX the slowest process in the "
+                   "bin, roles the median; --rows 0 shows every step, --steps A-B a range)")
+    if binned and marked:
+        out += ["", style("Marked steps", "bold")]
+        out.append(table(["STEP", "TIME", "MAX", "SLOWEST", "MARKS"],
+                         [[str(r.step), seconds(r.time_s), seconds(r.max_s), r.slowest, flags(r)]
+                          for r in marked[:40]], right={1, 2}))
+        if len(marked) > 40:
+            out.append(f"... and {len(marked) - 40} more marked steps (--json lists them all)")
+    if dropped:
+        out.append(style(f"{dropped} step(s) not recorded: a process's writer fell behind or could not write",
+                         "yellow"))
+    return "\n".join(out)
+
+
+def _cells(group: list[StepRow], shown: list[str], rest: list[str]) -> list[str]:
+    if len(group) == 1:
+        row = group[0]
+        label = str(row.step)
+        time_s, max_s, slowest = row.time_s, row.max_s, row.slowest
+        role_times = row.roles
+        marks = flags(row)
+    else:
+        label = f"{group[0].step}-{group[-1].step}"
+        time_s = statistics.median(r.time_s for r in group)
+        worst = max(group, key=lambda r: r.max_s)
+        max_s, slowest = worst.max_s, f"{worst.slowest} @{worst.step}"
+        names = {n for r in group for n in r.roles}
+        role_times = {n: statistics.median(r.roles.get(n, 0.0) for r in group) for n in names}
+        anomalous = sum(1 for r in group if r.anomaly is not None)
+        straggling = sum(1 for r in group if r.stragglers)
+        marks = "; ".join(x for x in (f"{anomalous} anomalous" if anomalous else "",
+                                      f"{straggling} with stragglers" if straggling else "") if x)
+    cells = [label, seconds(time_s), seconds(max_s), slowest]
+    cells += [seconds(role_times[n]) if n in role_times else "-" for n in shown]
+    if rest:
+        other = sum(role_times.get(n, 0.0) for n in rest)
+        cells.append(seconds(other) if other else "-")
+    cells.append(marks)
+    return cells
