@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "doctor": "profctx.cli.doctor",
     "nsys-command": "profctx.cli.nsys",
     "verl-convert": "profctx.cli.verl_convert",
+    "timeline": "profctx.cli.timeline",
 }
 
 
