@@ -17,6 +17,7 @@ from typing import Final
 
 from ..manifest import CaptureRecord, drivers, process_names
 from . import CaptureSummary, RoleStep, Summary
+from ._timeline import html_section
 
 #: 20 colours of high mutual contrast (Kelly's list without white and black), given to roles in order of
 #: first appearance, so no two of the first 20 roles share one.
@@ -78,6 +79,8 @@ def render(summary: Summary, records: Sequence[CaptureRecord], *, damaged: Seque
                      "as expected: the driver marks the step, its workers hold the work.</p>")
     for problem in summary.problems[:10]:
         parts.append(f"<p class=warn>{e(problem)}</p>")
+    # Every step's time from the always-on timeline (nothing when the run wrote none).
+    parts.append(html_section(summary.save_path, runs[0] if len(runs) == 1 and runs[0] != "-" else None))
     parts.append("<h2>Timeline</h2><p class=hint>One row per process (worker group and rank, engine replica, "
                  "driver); bars are captures, coloured by role, on one wall-clock axis; grey bands are steps. "
                  "Hatched red: failed; grey diamond: skipped; dashed: never finished; white with a dot: the "
