@@ -13,6 +13,7 @@ from typing import Any, Final, Literal, final
 
 from ..util._errors import ConfigError, one_of
 from ..util._files import temporary_name
+from ._ondemand import DEFAULT_MAX_CAPTURES, AutoCapture
 from ._window import MAX_STEPS, StepWindow, range_exceeds
 
 MODES: Final = ("step", "role")
@@ -37,6 +38,7 @@ ENV_FIELDS: Final = {
     "PROFCTX_ROLES": "roles",
     "PROFCTX_SAVE_PATH": "save_path",
     "PROFCTX_TOOL": "tool",
+    "PROFCTX_ON_DEMAND": "on_demand",
     "PROFCTX_TIMELINE": "timeline",
     "PROFCTX_SUMMARY_AT_EXIT": "summary_at_exit",
 }
@@ -138,6 +140,9 @@ class ProfilerConfig:
     exit_hooks: bool = True
     warmup: bool = True
     private: bool = False
+    on_demand: bool = False
+    on_demand_max_captures: int = DEFAULT_MAX_CAPTURES
+    auto_capture: AutoCapture | None = None
     timeline: bool = True
     summary_at_exit: bool = False
     run_id: str | None = None
@@ -179,6 +184,12 @@ class ProfilerConfig:
         _set(self, "exit_hooks", _flag("exit_hooks", self.exit_hooks))
         _set(self, "warmup", _flag("warmup", self.warmup))
         _set(self, "private", _flag("private", self.private))
+        _set(self, "on_demand", _flag("on_demand", self.on_demand))
+        cap = self.on_demand_max_captures
+        if isinstance(cap, bool) or not isinstance(cap, int) or not 0 <= cap <= 1000:
+            raise ConfigError("on_demand_max_captures", cap, "an integer from 0 to 1000: on-demand captures (accepted "
+                              "requests) per process; 0 refuses every request")
+        _set(self, "auto_capture", AutoCapture.of(self.auto_capture))
         _set(self, "timeline", _flag("timeline", self.timeline))
         _set(self, "summary_at_exit", _flag("summary_at_exit", self.summary_at_exit))
         if self.run_id is not None and (not isinstance(self.run_id, str) or not _safe_name(self.run_id)):
@@ -190,10 +201,11 @@ class ProfilerConfig:
         if not isinstance(self.tool_options, Mapping):
             raise ConfigError("tool_options", self.tool_options, "a mapping of backend options")
         _set(self, "tool_options", MappingProxyType(dict(self.tool_options)))
-        if self.enable and not self.steps:
+        if self.enable and not self.steps and not self.on_demand and self.auto_capture is None:
             raise ConfigError(
                 "steps", None if self.steps is None else list(self.steps),
-                "profiling is enabled, so give the steps to profile (e.g. '3:6' or [1, 2]); or enable=False",
+                "profiling is enabled, so give the steps to profile (e.g. '3:6' or [1, 2]), on_demand=True or "
+                "auto_capture; or enable=False",
             )
 
     def selects(self, group: str | None, rank: int) -> bool:
@@ -219,7 +231,7 @@ class ProfilerConfig:
     @property
     def active(self) -> bool:
         """Whether this config can capture anything at all."""
-        return self.enable and bool(self.steps)
+        return self.enable and (bool(self.steps) or self.on_demand or self.auto_capture is not None)
 
     def replace(self, **changes: Any) -> ProfilerConfig:
         """Return a copy with ``changes`` applied (validated like the constructor)."""
@@ -235,6 +247,8 @@ class ProfilerConfig:
             elif f.name == "groups":
                 value = {name: {"ranks": g.ranks if g.ranks == "all" else list(g.ranks), "contents": list(g.contents)}
                          for name, g in value.items()}
+            elif isinstance(value, AutoCapture):
+                value = value.to_dict()
             elif isinstance(value, EngineConfig):
                 value = {
                     g.name: (list(v) if isinstance(v := getattr(value, g.name), tuple) else v)
@@ -357,7 +371,7 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
         if raw is None or raw.strip() == "":
             continue
         raw = raw.strip()
-        if name in ("enable", "timeline", "summary_at_exit"):
+        if name in ("enable", "timeline", "summary_at_exit", "on_demand"):
             lowered = raw.lower()
             if lowered not in _TRUE + _FALSE:
                 raise ConfigError(var, raw, "one of 1, 0, true, false, yes, no, on, off")

@@ -1,0 +1,522 @@
+"""On-demand capture and capture on anomaly in one process: the requests it reads, the steps it adds.
+
+The runtime of a configuration with ``on_demand`` or ``auto_capture`` holds one :class:`OnDemand`.
+Its poll thread (a daemon, one per process, ended by ``profctx.reset()`` and at exit) looks at
+``{save_path}/.profctx/requests/`` every :data:`POLL_S` seconds and publishes this process's
+progress in ``{save_path}/.profctx/live/``; the training thread pays nothing per block for it:
+an accepted request only adds its steps to the runtime's window (``Runtime.in_window``, the set
+the block fast path tests), and at the first of those steps the runtime swaps in the request's
+policy (:meth:`OnDemand.boundary`). Decisions come from :mod:`profctx.core._ondemand`.
+
+Only a process outside every worker group looks (the Ray driver, or each rank of a job without
+Ray); a worker group member follows the requests its driver sends with each step entry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import stat
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from ..core._layout import MANIFEST_DIR, capture_folder, safe
+from ..core._ondemand import (
+    MAX_REQUEST_BYTES,
+    Progress,
+    Request,
+    RequestError,
+    admit,
+    anomaly,
+    at_step,
+    first_step,
+    parse,
+    reason,
+)
+from ..core._plan import Policy
+from ..core._window import StepWindow
+from ..records._manifest import capture_record
+from ..util._files import make_folders, write_file
+from ..util._log import logger, warn_once
+from ..util._untrusted import open_regular
+
+if TYPE_CHECKING:
+    from ._runtime import Runtime
+
+#: Seconds between two looks at the requests folder (and two updates of the progress file).
+POLL_S: Final = 0.5
+#: Seconds after which the progress file is written again even if the step did not change.
+HEARTBEAT_S: Final = 5.0
+#: A progress file not updated for this long belongs to no live process (``profctx trigger``).
+STALE_S: Final = 15.0
+#: Folders under ``{save_path}/.profctx/``.
+REQUESTS: Final = "requests"
+LIVE: Final = "live"
+#: Version of the progress file.
+LIVE_VERSION: Final = 1
+#: Request files looked at per poll, at most (a flood of files costs bounded time per poll).
+MAX_FILES_PER_POLL: Final = 256
+
+_NAME: Final = re.compile(r"[A-Za-z0-9._-]{1,100}\.json")
+
+
+class Scheduled:
+    """A request this process accepted: its steps are in the window; ``started`` once its first step began."""
+
+    __slots__ = ("request", "started")
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.started = False
+
+
+def live_name(run_id: str, host: str, pid: int) -> str:
+    """Return the name of a process's progress file."""
+    return f"{safe(run_id)}.{safe(host)}.{pid}.json"
+
+
+class OnDemand:
+    """The requests of one runtime: read, admitted, scheduled, started; the anomaly watch; the poll thread."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+        config = runtime.config
+        self.on_demand = config.on_demand
+        self.cap = config.on_demand_max_captures
+        self.auto = config.auto_capture
+        self.root = runtime.save_path / MANIFEST_DIR
+        self.lock = threading.RLock()
+        #: Requests accepted, by origin (each counts against its cap).
+        self.accepted = {"trigger": 0, "anomaly": 0}
+        #: Ids of the requests this process accepted or refused (a request file stays; it is read once).
+        self.known: set[str] = set()
+        #: Names of request files already looked at.
+        self.seen: set[str] = set()
+        self.scheduled: list[Scheduled] = []
+        #: The request whose policy the runtime holds now (``None``: the configuration's).
+        self.active: Scheduled | None = None
+        #: Every request that caused a capture here, by id (what records carry).
+        self.requests: dict[str, Request] = {}
+        self.base = frozenset(runtime.window.steps)
+        self.started_at = time.time()
+        # -- progress (the poll thread's) --
+        self._samples: deque[tuple[int, float]] = deque(maxlen=20)
+        self._published: tuple[int | None, float] = (None, 0.0)
+        self._live_path: Path | None = None
+        # -- anomaly watch (the training thread's) --
+        self.history: deque[float] = deque(maxlen=self.auto.window if self.auto else 1)
+        self._entered: tuple[int, float, bool] | None = None
+        #: An anomaly request waiting for the poll thread to name its first step and publish it.
+        self.outbox: deque[Request] = deque()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- who looks --------------------------------------------------------------------------------
+
+    def looks(self) -> bool:
+        """Whether this process reads the requests folder: it is in no worker group (a driver, or a rank)."""
+        return self.rt.identity().group is None and (self.on_demand or self._shared_auto())
+
+    def _shared_auto(self) -> bool:
+        """Whether anomaly captures reach this process as requests (several ranks, no Ray driver)."""
+        identity = self.rt.identity()
+        return self.auto is not None and identity.world_size > 1 and self.rt.owner.driver is None
+
+    def start(self) -> None:
+        """Start the poll thread when this process looks at requests (never raises)."""
+        try:
+            if not self.looks():
+                return
+            thread = threading.Thread(target=self._run, name="profctx-ondemand", daemon=True)
+            self._thread = thread
+            thread.start()
+        except Exception as exc:  # noqa: BLE001 - on-demand capture never breaks configure()
+            warn_once("ondemand-start", "profctx: on-demand capture is off in this process: %s", exc)
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """End the poll thread and remove this process's progress file (``reset()``, exit)."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        self._thread = None
+        path = self._live_path
+        if path is not None:
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+    # -- the poll thread --------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self.poll()
+            except Exception as exc:  # noqa: BLE001 - logged once; the next poll tries again
+                warn_once(f"ondemand-poll:{type(exc).__name__}", "profctx: on-demand capture could not look for "
+                          "requests: %s (it tries again)", exc)
+            if self._stop.wait(POLL_S):
+                return
+
+    def poll(self) -> None:
+        """Publish progress, send an anomaly request out, read new requests (one pass of the poll thread)."""
+        now = time.time()
+        self._publish(now)
+        while self.outbox:
+            self._send(self.outbox.popleft(), now)
+        if self.on_demand or self._shared_auto():
+            for request in self._read():
+                self.admit(request)
+
+    def period(self) -> float | None:
+        """Return this process's seconds per step, from the steps it entered over the last polls."""
+        samples = self._samples
+        if len(samples) < 2:
+            return None
+        (s0, t0), (s1, t1) = samples[0], samples[-1]
+        return (t1 - t0) / (s1 - s0) if s1 > s0 else None
+
+    def _publish(self, now: float) -> None:
+        step = self.rt.owner.last_step
+        mono = time.monotonic()
+        if step is not None and (not self._samples or self._samples[-1][0] != step):
+            if self._samples and step < self._samples[-1][0]:
+                self._samples.clear()  # the loop started again from a lower step
+            self._samples.append((step, mono))
+        last, when = self._published
+        if step == last and now - when < HEARTBEAT_S:
+            return
+        identity = self.rt.identity()
+        data = {
+            "profctx_live": LIVE_VERSION, "run": self.rt.run_id, "host": identity.host, "pid": identity.pid,
+            "uid": os.getuid(), "rank": identity.rank, "world_size": identity.world_size, "group": identity.group,
+            "step": step, "period": self.period(), "time": now, "on_demand": self.on_demand,
+        }
+        folder = make_folders(self.rt.save_path, f"{MANIFEST_DIR}/{LIVE}")
+        path = folder / live_name(self.rt.run_id, identity.host, identity.pid)
+        write_file(path, json.dumps(data).encode())
+        self._live_path = path
+        self._published = (step, now)
+
+    def _send(self, request: Request, now: float) -> None:
+        """Name the first step of an anomaly request from every live process's progress, and write it."""
+        progress = list(read_progress(self.rt.save_path, now, run=self.rt.run_id))
+        first = first_step(progress, now) or request.first
+        write_request(self.rt.save_path, Request(**{**_fields(request), "first": max(first, request.first)}))
+
+    def _read(self) -> Iterable[Request]:
+        """Yield the new, valid requests in the requests folder; warn once about each file refused."""
+        folder = self.root / REQUESTS
+        try:
+            info = os.lstat(folder)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            warn_once(f"requests-folder:{folder}", "profctx: on-demand requests ignored: %s is %s", folder,
+                      "not a folder (a link?)" if not stat.S_ISDIR(info.st_mode)
+                      else f"owned by uid {info.st_uid}, not this process's user")
+            return
+        names = sorted(n for n in os.listdir(folder) if n not in self.seen and not n.startswith("."))
+        for name in names[:MAX_FILES_PER_POLL]:
+            self.seen.add(name)
+            try:
+                request = read_request(folder / name, folder)
+            except (OSError, RequestError) as exc:
+                self._refused_file(name, str(exc))
+                continue
+            if request is not None:
+                yield request
+
+    def _refused_file(self, name: str, why: str) -> None:
+        warn_once(f"request-file:{name}", "profctx: ignored the on-demand request file %s: %s", name, why)
+
+    # -- admission (poll thread, or a worker told by its driver) ---------------------------------
+
+    def admit(self, request: Request, *, follow: bool = False) -> str:
+        """Decide what to do with ``request`` and do it; return the outcome (see :func:`admit`).
+
+        ``follow``: the driver sent it with a step entry (a worker group member): the driver
+        counted it against the cap already.
+        """
+        with self.lock:
+            if request.origin == "trigger" and not self.on_demand and not follow:
+                if request.id not in self.known:
+                    self.known.add(request.id)
+                    warn_once("ondemand-off", "profctx: ignored on-demand request %s: this run was configured "
+                              "without on_demand=True", request.id)
+                return "known"
+            cap = self.cap if request.origin == "trigger" else (self.auto.max_captures if self.auto else 0)
+            outcome = admit(request, None if follow else self.rt.owner.last_step, 0 if follow else
+                            self.accepted[request.origin], cap, request.id in self.known)
+            if outcome == "known":
+                return outcome
+            self.known.add(request.id)
+            if outcome == "passed":
+                self._skip(request, f"this process was at step {self.rt.owner.last_step} when it read request "
+                                    f"{request.id} (first step {request.first}): it captures none of its steps "
+                                    "rather than other steps than the other processes")
+                return outcome
+            if outcome == "cap":
+                what = "on_demand_max_captures" if request.origin == "trigger" else "auto_capture.max_captures"
+                warn_once(f"ondemand-cap:{request.origin}", "profctx: refused request %s: %s=%d reached in this "
+                          "process", request.id, what, cap)
+                self._skip(request, f"refused: {what}={cap} requests were accepted already in this process")
+                return outcome
+            try:
+                self._schedule(request)
+            except Exception as exc:  # noqa: BLE001 - a window too large: recorded, never raised
+                self._skip(request, f"could not add its steps to the window: {exc}")
+                return "cap"
+            self.accepted[request.origin] += 1
+            logger.info("profctx: %s: capturing steps %d-%d", request.describe(), request.first,
+                        request.first + request.count - 1)
+            return outcome
+
+    def _schedule(self, request: Request) -> None:
+        self.scheduled.append(Scheduled(request))
+        self.scheduled.sort(key=lambda s: s.request.first)
+        self.requests[request.id] = request
+        self._rewindow()
+
+    def _rewindow(self) -> None:
+        """Make the runtime's window the configuration's plus every scheduled request's steps."""
+        steps = set(self.base)
+        for s in self.scheduled:
+            steps.update(s.request.steps)
+        rt = self.rt
+        with rt._lock:
+            rt.window = StepWindow(steps)
+            rt.in_window = frozenset(steps)  # one store: the block fast path reads it whole
+
+    def _skip(self, request: Request, why: str) -> None:
+        """Record ``request`` as skipped in this process, with why."""
+        self.requests[request.id] = request
+        kind = request.mode or self.rt.config.mode
+        steps = tuple(request.steps)
+        self.rt.record(capture_record(
+            "finished", capture=os.urandom(6).hex(), kind=kind, steps=steps, roles=None, backend=self.rt.tool,
+            folder=capture_folder(steps, ()).as_posix(), status="skipped", time=time.time(), reason=why,
+            trigger=_trigger(request), notes=[request.describe()],
+        ))
+
+    # -- the step boundary (the training thread, inside Runtime.open) -----------------------------
+
+    def boundary(self, step: int) -> None:
+        """Start, continue or end scheduled requests as ``step`` begins; swap the runtime's policy to match."""
+        if not self.scheduled and self.active is None:
+            return
+        chosen: Scheduled | None = None
+        changed = False
+        with self.lock:
+            for s in list(self.scheduled):
+                what = at_step(step, s.request, s.started)
+                if what == "start":
+                    s.started = True
+                elif what == "passed":
+                    self.scheduled.remove(s)
+                    changed = True
+                    self._skip(s.request, f"this process entered step {step} before the request's first step "
+                                          f"{s.request.first} began here: none of its steps captured")
+                    continue
+                elif what == "done":
+                    self.scheduled.remove(s)
+                    changed = True
+                    continue
+                if what in ("start", "within") and chosen is None:
+                    chosen = s
+            if changed:
+                self._rewindow()
+            if chosen is not self.active:
+                self._swap(chosen)
+
+    def _swap(self, chosen: Scheduled | None) -> None:
+        """Make the runtime decide with ``chosen``'s policy (``None``: the configuration's)."""
+        rt = self.rt
+        if rt.run is not None:
+            rt.close_run()  # a contiguous capture never spans two policies
+        self.active = chosen
+        policies: dict[bool, Policy] = {}
+        if chosen is not None:
+            request = chosen.request
+            identity = rt.identity()
+            config = rt.config
+            mode = request.mode or config.mode
+            for configured in (True, False):
+                policies[configured] = Policy(
+                    window=StepWindow(request.steps), mode=mode, contiguous=config.contiguous and mode == "step",
+                    roles=request.roles if request.roles is not None else config.roles,
+                    engine_roles=config.engines.roles,
+                    selected=request.selects(identity.group, identity.rank, configured))
+        rt._decisions = {}
+        rt._roles = {}
+        rt._policies = policies
+        rt.owner.refresh()
+
+    def current(self, step: int | None) -> Request | None:
+        """Return the request whose steps the runtime captures now, when ``step`` is one of them."""
+        active = self.active
+        if active is None or step is None or step not in active.request.steps:
+            return None
+        return active.request
+
+    def annotate(self, record: dict[str, Any]) -> dict[str, Any]:
+        """Add who asked for a capture, and why, to the record of a capture of a request's steps."""
+        step = record.get("step")
+        if type(step) is not int or "trigger" in record:
+            return record
+        for request in self.requests.values():
+            if step in request.steps:
+                out = dict(record)
+                out["trigger"] = _trigger(request)
+                if record.get("event") == "finished":
+                    out["notes"] = [*(record.get("notes") or ()), request.describe()]
+                return out
+        return record
+
+    # -- capture on anomaly (the training thread, at each step entry) ------------------------------
+
+    def step_entered(self, step: int) -> None:
+        """Judge the step that ended as ``step`` began; ask for a capture of the next step if it was anomalous.
+
+        A step's time is from its block's entry to the next step block's entry. Steps this process
+        captured, and steps during which its writer thread wrote a capture, are neither judged nor
+        kept in the median (profctx's own work would look like an anomaly).
+        """
+        auto = self.auto
+        now = time.perf_counter()
+        previous = self._entered
+        rt = self.rt
+        self._entered = (step, now, step in rt.in_window or rt.writer.pending())
+        if auto is None or previous is None or step <= previous[0]:
+            return
+        last, began, busy = previous
+        if busy or rt.writer.pending():
+            return
+        seconds = now - began
+        history = self.history
+        median = anomaly(seconds, list(history), auto.factor, auto.window)
+        history.append(seconds)
+        if median is None or self.accepted["anomaly"] >= auto.max_captures or step in rt.in_window:
+            return
+        why = reason(last, seconds, median, auto.window, auto.role)
+        identity = rt.identity()
+        request = Request(id=f"auto-{os.urandom(6).hex()}", first=step, count=1, origin="anomaly", reason=why,
+                          uid=os.getuid(), host=identity.host, pid=identity.pid, time=time.time())
+        if self._shared_auto():
+            if identity.rank == 0:  # rank 0 decides for all; every rank reads its request (the poll thread)
+                self.accepted["anomaly"] += 1
+                self.outbox.append(Request(**{**_fields(request), "first": step + 1}))
+            return
+        logger.warning("profctx: %s: capturing step %d", why, step)
+        self.admit(request, follow=True)
+        self._entered = (step, now, True)
+
+
+def _fields(request: Request) -> dict[str, Any]:
+    return {name: getattr(request, name) for name in request.__dataclass_fields__}
+
+
+def _trigger(request: Request) -> dict[str, Any]:
+    data = request.to_dict()
+    data.pop("profctx_request", None)
+    return {k: v for k, v in data.items() if v is not None}
+
+
+# -- files (the CLI writes requests and reads progress; the poll thread the other way round) ---------
+
+
+def read_request(path: Path, folder: Path) -> Request | None:
+    """Return the request in ``path``; ``None`` for a file still being renamed into place (gone).
+
+    Refused (:class:`RequestError` or :class:`OSError`): a link, FIFO or anything but a regular
+    file of this process's user inside ``folder``; more than :data:`MAX_REQUEST_BYTES`; not a
+    valid request. Never blocks.
+    """
+    if not _NAME.fullmatch(path.name):
+        raise RequestError("not a request file name (letters, digits, '.', '_', '-', ending in .json)")
+    try:
+        handle = open_regular(path, folder)
+    except FileNotFoundError:
+        return None
+    with handle:
+        info = os.fstat(handle.fileno())
+        if info.st_uid != os.getuid():
+            raise RequestError(f"owned by uid {info.st_uid}, not by this process's user (uid {os.getuid()})")
+        data = handle.read(MAX_REQUEST_BYTES + 1)
+    if len(data) > MAX_REQUEST_BYTES:
+        raise RequestError(f"larger than {MAX_REQUEST_BYTES} bytes")
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise RequestError(f"not JSON ({exc})") from None
+    return parse(value)
+
+
+def write_request(save_path: Path, request: Request) -> Path:
+    """Write ``request`` into ``save_path``'s requests folder (exclusive temporary, renamed); return its path."""
+    folder = make_folders(save_path, f"{MANIFEST_DIR}/{REQUESTS}")
+    path = folder / f"{request.id}.json"
+    write_file(path, json.dumps(request.to_dict()).encode())
+    return path
+
+
+def read_progress(save_path: Path, now: float, *, run: str | None = None,
+                  stale_s: float = STALE_S) -> Iterable[Progress]:
+    """Yield the progress of each live process of ``save_path`` (of ``run`` when given) that has a step.
+
+    Live: its file was updated within ``stale_s`` seconds, belongs to this user, and (on this
+    host) its pid exists. Files that are not valid progress are skipped.
+    """
+    for data in live_processes(save_path, now, stale_s=stale_s):
+        if run is not None and data.get("run") != run:
+            continue
+        step, period, when = data.get("step"), data.get("period"), data.get("time")
+        if type(step) is int and step >= 0:
+            yield Progress(step, float(period) if type(period) in (int, float) else None, float(when))
+
+
+def live_processes(save_path: Path, now: float, *, stale_s: float = STALE_S) -> list[dict[str, Any]]:
+    """Return the progress files of the live processes writing to ``save_path`` (see :func:`read_progress`)."""
+    from ..util._identity import hostname
+
+    folder = Path(save_path) / MANIFEST_DIR / LIVE
+    try:
+        names = sorted(os.listdir(folder))[:4096]
+    except OSError:
+        return []
+    host = hostname()
+    found = []
+    for name in names:
+        if not _NAME.fullmatch(name):
+            continue
+        try:
+            with open_regular(folder / name, folder) as handle:
+                if os.fstat(handle.fileno()).st_uid != os.getuid():
+                    continue
+                data = json.loads(handle.read(MAX_REQUEST_BYTES))
+        except (OSError, ValueError, RecursionError):
+            continue
+        if not isinstance(data, dict) or data.get("profctx_live") != LIVE_VERSION:
+            continue
+        when, pid = data.get("time"), data.get("pid")
+        if type(when) not in (int, float) or now - when > stale_s or type(pid) is not int:
+            continue
+        if data.get("host") == host and not _alive(pid):
+            continue
+        found.append(data)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
