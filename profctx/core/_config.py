@@ -17,6 +17,11 @@ from ._ondemand import DEFAULT_MAX_CAPTURES, AutoCapture
 from ._window import MAX_STEPS, StepWindow, range_exceeds
 
 MODES: Final = ("step", "role")
+#: What a ``tool`` value must look like here. Which names resolve is the backend registry's
+#: business, checked where backends are known (``configure()``): a backend registered in one
+#: process is a valid name in a config carried to another.
+TOOL_NAME: Final = ("a backend name: 'auto', 'torch', 'npu', 'nsys', 'torch_memory', 'noop', 'recording' "
+                    "or one registered with profctx.backends.register()")
 ON_ERROR: Final = ("log", "raise")
 CONTENTS: Final = ("cpu", "cuda", "npu", "memory", "shapes", "stack", "flops", "modules")
 ENGINE_CONTENTS: Final = ("cpu", "cuda", "memory", "stack", "shapes")
@@ -172,10 +177,8 @@ class ProfilerConfig:
         if isinstance(self.save_path, os.PathLike):
             _set(self, "save_path", os.fspath(self.save_path))
         check_save_path("save_path", self.save_path)
-        from ..backends import known
-
-        if not isinstance(self.tool, str) or self.tool not in known():
-            raise ConfigError("tool", self.tool, one_of(known()))
+        if not isinstance(self.tool, str) or not _safe_name(self.tool):
+            raise ConfigError("tool", self.tool, TOOL_NAME)
         _set(self, "contents", _choices("contents", self.contents, CONTENTS))
         _set(self, "profile_driver", _flag("profile_driver", self.profile_driver))
         _set(self, "compress", _flag("compress", self.compress))
@@ -267,24 +270,13 @@ class ProfilerConfig:
         config: ProfilerConfig = _build(cls, data, "")
         return config
 
-    @classmethod
-    def from_verl(cls, cfg: object) -> ProfilerConfig:
-        """Return the config equivalent to a verl profiler config; log what does not carry over, once.
-
-        ``cfg`` is a whole verl trainer config or its profiler parts (mapping, DictConfig or YAML
-        path). For the report of unmapped fields use ``profctx.interop.verl.convert(cfg)``.
-        """
-        from ..interop.verl import from_verl
-
-        return from_verl(cfg)
-
 
 def load(source: object = None, /, **overrides: Any) -> ProfilerConfig | None:
     """Return the config from ``source`` and keyword ``overrides``, then environment overrides.
 
     ``source`` is ``None``, a :class:`ProfilerConfig`, a mapping, an OmegaConf ``DictConfig``
-    or a path to a YAML file (a top-level ``profctx:`` key is looked into); or, as keyword
-    ``verl=``, a verl profiler config (see :meth:`ProfilerConfig.from_verl`). Precedence:
+    or a path to a YAML file (a top-level ``profctx:`` key is looked into); a verl config is
+    converted first (``profctx.interop.verl.from_verl``; ``configure(verl=...)`` does it). Precedence:
     defaults < source < keywords < ``PROFCTX_*`` environment. Returns ``None`` (disabled)
     when nothing at all is given and no ``PROFCTX_*`` variable is set. An active config's
     ``save_path`` is probed (see :func:`probe_save_path`): the folder exists afterwards.
@@ -316,12 +308,6 @@ def _load(
     source: object, overrides: dict[str, Any], environ: Mapping[str, str], *, probe: bool
 ) -> ProfilerConfig | None:
     data: dict[Any, Any]
-    verl = overrides.pop("verl", None)  # a source, not a field: converted before any field is checked
-    if verl is not None:
-        if source is not None:
-            raise ConfigError("verl", type(verl).__name__, "a verl config alone: not together with another "
-                              f"config source ({type(source).__name__} given too)")
-        source = ProfilerConfig.from_verl(verl)
     if source is None:
         data = {}
     elif isinstance(source, ProfilerConfig):
@@ -384,8 +370,8 @@ def env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
             out[name] = _names(var, raw)
         elif name == "mode" and raw not in MODES:
             raise ConfigError(var, raw, one_of(MODES))
-        elif name == "tool" and raw not in _known_tools():
-            raise ConfigError(var, raw, one_of(_known_tools()))
+        elif name == "tool" and not _safe_name(raw):
+            raise ConfigError(var, raw, TOOL_NAME)
         elif name == "save_path":
             check_save_path(var, raw)
             out[name] = raw
@@ -522,11 +508,6 @@ _FALSE: Final = ("0", "false", "no", "off")
 def _set(obj: object, name: str, value: object) -> None:
     object.__setattr__(obj, name, value)
 
-
-def _known_tools() -> tuple[str, ...]:
-    from ..backends import known
-
-    return known()
 
 
 def _build(cls: Any, data: Mapping[Any, Any], prefix: str) -> Any:

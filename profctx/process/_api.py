@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from ..backends import backend_class, check_config, resolve_tool
+from ..backends import backend_class, check_config, known, resolve_tool
 from ..core._config import ProfilerConfig, from_environment, load
 from ..util import _log
+from ..util._errors import ConfigError, one_of
 from . import _lifecycle
 from ._owner import OWNER
 from ._runtime import Runtime
 
 if TYPE_CHECKING:
-    from ..engines import EngineAdapter
+    from ..engines._base import EngineAdapter
 
 
 def configure(config: object = None, /, **fields: Any) -> ProfilerConfig | None:
@@ -21,16 +23,27 @@ def configure(config: object = None, /, **fields: Any) -> ProfilerConfig | None:
 
     ``config`` is a :class:`ProfilerConfig`, a mapping, an OmegaConf ``DictConfig`` or a
     path to a YAML file (or keyword ``verl=``: a verl profiler config, converted by
-    :meth:`ProfilerConfig.from_verl`); keyword ``fields`` override it and ``PROFCTX_*`` environment
-    variables override both. Raise :class:`ConfigError` for any invalid value, before
-    anything runs. A previous configuration is shut down first (its open capture is
-    stopped and written). When this process can capture (its rank is selected), the
-    backend's one-time set-up (torch: its profiler and compiler imports, a few seconds)
-    runs here, on the calling thread, so it never lands in a profiled step nor races the
-    program's own imports; a process that cannot capture never imports its backend.
+    :func:`profctx.interop.verl.from_verl`); keyword ``fields`` override it and ``PROFCTX_*``
+    environment variables override both. Raise :class:`ConfigError` for any invalid value,
+    before anything runs; ``tool`` must name a backend registered in this process. A previous
+    configuration is shut down first (its open capture is stopped and written). When this
+    process can capture (its rank is selected), the backend's one-time set-up (torch: its
+    profiler and compiler imports, a few seconds) runs here, on the calling thread, so it
+    never lands in a profiled step nor races the program's own imports; a process that
+    cannot capture never imports its backend.
     """
+    verl = fields.pop("verl", None)  # a source, not a field: converted before any field is checked
+    if verl is not None:
+        if config is not None:
+            raise ConfigError("verl", type(verl).__name__, "a verl config alone: not together with another "
+                              f"config source ({type(config).__name__} given too)")
+        from ..interop.verl import from_verl  # only verl users import the converter
+
+        config = from_verl(verl)
     new = load(config, **fields)
     OWNER.env_read = True
+    if new is not None:
+        check_tool(new)
     if new is not None and new.active:
         check_config(backend_class(resolve_tool(new.tool)), new)
         for hook in list(OWNER.hooks):  # attached engines refuse options they cannot honour
@@ -48,6 +61,19 @@ def configure(config: object = None, /, **fields: Any) -> ProfilerConfig | None:
     OWNER.runtime = runtime
     OWNER.refresh()
     return new
+
+
+def check_tool(config: ProfilerConfig) -> None:
+    """Raise :class:`ConfigError` unless ``config.tool`` names a backend registered in this process.
+
+    Checked here, not in the config value: a config carried to another process is valid there
+    as soon as that process registers the same backend.
+    """
+    if config.tool not in known():
+        raw = os.environ.get("PROFCTX_TOOL", "").strip()
+        field = "PROFCTX_TOOL" if raw == config.tool else "tool"
+        raise ConfigError(field, config.tool, one_of(known()) + " (backends registered in this process; register "
+                          "others with profctx.backends.register() before configure())")
 
 
 def configure_from_environment() -> None:

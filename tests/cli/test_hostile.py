@@ -27,9 +27,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import profctx
-from profctx import ConfigError, ProfilerConfig
+from profctx import ConfigError
 from profctx.cli import main
-from profctx.interop.verl import convert
+from profctx.interop.verl import convert, from_verl
 
 CANARY = "CANARY_OUTSIDE_THE_RUN_FOLDER"
 CONTROLS = ("\x1b", "\x07", "\x9b", "\u202e")
@@ -280,7 +280,7 @@ def test_bad_bytes_in_config_sources_are_config_errors(tmp_path: Path) -> None:
         profctx.configure(nul)
     assert info.value.field == "config"
     for load in (lambda: convert("verl\x00.yaml"), lambda: profctx.configure(verl="verl\x00.yaml"),
-                 lambda: ProfilerConfig.from_verl("verl\x00.yaml")):
+                 lambda: from_verl("verl\x00.yaml")):
         with pytest.raises(ConfigError) as info:
             load()
         assert info.value.field == "verl"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import profctx
-from profctx.interop.verl import Conversion, convert
+from profctx.interop.verl import Conversion, convert, from_verl
 from profctx.records._manifest import read
 
 from .conftest import load_shape
@@ -383,8 +383,8 @@ def test_configure_verl_keywords_override(tmp_path: Path) -> None:
 def test_from_verl_logs_the_notes_once(caplog: pytest.LogCaptureFixture) -> None:
     cfg = _profiling("aug2026", **{"global_profiler.finish_hook_cmd": "upload"})
     with caplog.at_level(logging.DEBUG, logger="profctx"):
-        first = profctx.ProfilerConfig.from_verl(cfg)
-        second = profctx.ProfilerConfig.from_verl(cfg)
+        first = from_verl(cfg)
+        second = from_verl(cfg)
     assert first == second
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "global_profiler.finish_hook_cmd" in warnings[0].getMessage()
