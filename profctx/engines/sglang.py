@@ -46,8 +46,7 @@ _FIELDS_SINCE: tuple[tuple[tuple[int, int, int], tuple[str, ...]], ...] = (
     ((0, 4, 9), ("output_dir", "num_steps", "activities", "profile_by_stage", "with_stack", "record_shapes")),
     ((0, 4, 10), ("start_step",)),
     ((0, 5, 4), ("merge_profiles",)),
-    ((0, 5, 6), ("profile_prefix",)),
-    ((0, 5, 10), ("profile_stages",)),
+    ((0, 5, 6), ("profile_prefix", "profile_stages")),  # both in the 0.5.6 wheel's ProfileReqInput, not 0.5.5's
     ((0, 5, 15), ("profile_id",)),
     ((0, 5, 19), ("detailed_annotations",)),
 )
