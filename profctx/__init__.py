@@ -6,6 +6,7 @@ from .core._window import StepWindow
 from .process._api import attach, configure, detach, flush, get_config, is_configured, reset
 from .process._block import current, profile_step
 from .process._decorate import profiled
+from .process._engines import EngineView as _EngineView  # noqa: F401 - serves engines their view of the process
 from .process._hooks import on_capture, remove_on_capture
 from .process._propagate import adopt, bind, extract, inject
 from .process._steps import Steps

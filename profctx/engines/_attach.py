@@ -9,11 +9,10 @@ from collections.abc import Sequence
 
 from ..core._config import ProfilerConfig
 from ..core._scope import Scope
-from ..process._owner import OWNER
-from ..process._runtime import Runtime
 from ..util._log import logger
 from . import _loop
 from ._base import EngineAdapter
+from ._host import Host, process
 from ._loop import run_sync
 
 
@@ -35,7 +34,7 @@ class EngineHook:
         for adapter in list(self.adapters):
             adapter.check(config.engines)
 
-    async def _start_all(self, runtime: Runtime, scope: Scope, blocked: object) -> list[EngineAdapter] | None:
+    async def _start_all(self, runtime: Host, scope: Scope, blocked: object) -> list[EngineAdapter] | None:
         adapters = list(self.adapters)
         results = await asyncio.gather(*(a.start(scope, runtime=runtime, _blocked_loop=blocked) for a in adapters),
                                        return_exceptions=True)
@@ -46,7 +45,7 @@ class EngineHook:
             raise errors[0]
         return started or None
 
-    def enter(self, runtime: Runtime, scope: Scope) -> object:
+    def enter(self, runtime: Host, scope: Scope) -> object:
         """Start the attached adapters for ``scope`` (blocking; runs them concurrently)."""
         try:
             blocked: object = asyncio.get_running_loop()
@@ -54,16 +53,16 @@ class EngineHook:
             blocked = None
         return run_sync(lambda: self._start_all(runtime, scope, blocked))
 
-    def exit(self, runtime: Runtime, handle: object) -> None:
+    def exit(self, runtime: Host, handle: object) -> None:
         """Stop the adapters ``enter`` started (blocking; concurrently)."""
         if isinstance(handle, list) and handle:
             run_sync(lambda: _stop_all(handle))
 
-    async def aenter(self, runtime: Runtime, scope: Scope) -> object:
+    async def aenter(self, runtime: Host, scope: Scope) -> object:
         """Start the attached adapters for ``scope`` concurrently."""
         return await self._start_all(runtime, scope, None)
 
-    async def aexit(self, runtime: Runtime, handle: object) -> None:
+    async def aexit(self, runtime: Host, handle: object) -> None:
         """Stop the adapters ``aenter`` started, concurrently."""
         if isinstance(handle, list) and handle:
             await _stop_all(handle)
@@ -96,7 +95,7 @@ def attach(*adapters: EngineAdapter) -> None:
     Attaching the same adapter twice has no further effect.
     """
     global _atexit_installed
-    config = OWNER.config
+    config = process().config
     for adapter in adapters:
         if not isinstance(adapter, EngineAdapter):
             raise TypeError(f"attach: {adapter!r} is not an engine adapter (profctx.engines.EngineAdapter)")
@@ -107,7 +106,7 @@ def attach(*adapters: EngineAdapter) -> None:
             if adapter not in _hook.adapters:
                 _hook.adapters.append(adapter)
         if _hook.adapters:
-            OWNER.add_hook(_hook)
+            process().add_hook(_hook)
         if not _atexit_installed:
             atexit.register(_stop_open_at_exit)
             _atexit_installed = True
@@ -121,7 +120,7 @@ def detach(*adapters: EngineAdapter) -> None:
         else:
             _hook.adapters.clear()
         if not _hook.adapters:
-            OWNER.remove_hook(_hook)
+            process().remove_hook(_hook)
 
 
 def end() -> None:

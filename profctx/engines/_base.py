@@ -23,10 +23,9 @@ from typing import Any, TypeVar
 from ..core._config import EngineConfig
 from ..core._layout import capture_folder, safe
 from ..core._scope import Scope
-from ..process._owner import OWNER
-from ..process._runtime import Runtime
 from ..util._errors import ConfigError
 from ..util._log import logger, warn_once
+from ._host import Host, process
 from ._loop import run_sync
 
 T = TypeVar("T")
@@ -178,7 +177,7 @@ class EngineAdapter(ABC):
         self._busy = False
         self._record_base: dict[str, Any] = {}
         self._notes: list[str] = []
-        self._runtime: Runtime | None = None
+        self._runtime: Host | None = None
         self._started: Outcome | None = None
         self._settling: set[asyncio.Future[None]] = set()
 
@@ -355,7 +354,7 @@ class EngineAdapter(ABC):
 
     # -- driver entry points ---------------------------------------------------------------------
 
-    async def start(self, scope: Scope | None = None, *, runtime: Runtime | None = None,
+    async def start(self, scope: Scope | None = None, *, runtime: Host | None = None,
                     _blocked_loop: object = None) -> bool:
         """Start profiling for ``scope`` (default: the ambient one); return whether it started.
 
@@ -363,8 +362,8 @@ class EngineAdapter(ABC):
         it out to use the process's). Does nothing (``False``) when profctx is not
         configured, this replica is not in ``engines.replicas``, or a session is already open.
         """
-        runtime = runtime if runtime is not None else OWNER.runtime
-        scope = scope if scope is not None else _current()
+        runtime = runtime if runtime is not None else process().host()
+        scope = scope if scope is not None else process().scope()
         if runtime is None or scope.step is None or not scope.roles:
             return False
         engines = runtime.config.engines
@@ -472,7 +471,7 @@ class EngineAdapter(ABC):
 
     def start_sync(self, scope: Scope | None = None) -> bool:
         """Blocking twin of :meth:`start` (safe inside a running event loop)."""
-        scope = scope if scope is not None else _current()
+        scope = scope if scope is not None else process().scope()
         return run_sync(lambda: self.start(scope))
 
     def stop_sync(self) -> None:
@@ -581,12 +580,6 @@ def _found(outcome: Outcome | None, save_path: Path, start_wall: float,
     fields.update(files=listed, bytes=sum(f["bytes"] for f in listed))
     notes = ["files matched by write time (this engine cannot name them per capture)"] if by == "time" else []
     return fields, notes
-
-
-def _current() -> Scope:
-    from ..core._scope import current
-
-    return current()
 
 
 def _error(exc: BaseException) -> str:

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core._config import EngineConfig, ProfilerConfig
-from ..process._owner import OWNER
 from ..util._errors import ConfigError
 from ._base import AlreadyActive, EngineAdapter, EngineError, EngineRequest, HttpAdapter, Outcome
+from ._host import process
 from ._http import Unreachable, request
 
 __all__ = [
@@ -377,7 +377,7 @@ def launch_settings(
     """
     from os.path import abspath, expanduser
 
-    config = config if config is not None else OWNER.config
+    config = config if config is not None else process().config
     if config is None:
         raise ConfigError("config", None, "a ProfilerConfig, or call profctx.configure() first")
     if version is None:

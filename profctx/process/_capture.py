@@ -10,16 +10,54 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
 
 from ..backends import CaptureSpec
 from ..core._layout import capture_folder
 from ..core._plan import CaptureKey
-from ..records._manifest import Status, capture_record, file_entries
+from ..records._manifest import Record, Status, capture_record, file_entries
 from ..util._log import logger
 
-if TYPE_CHECKING:
-    from ._runtime import Runtime
+
+class Disk(Protocol):
+    """The runtime's watch on free space (``_runtime.DiskWatch``)."""
+
+    reason: str
+
+    def failed(self, exc: BaseException) -> None: ...
+
+    def wrote(self, files: Any) -> None: ...
+
+    def waiting(self, folder: Path) -> bool: ...
+
+
+class Runtime(Protocol):
+    """What a capture needs from the runtime that opened it (``_runtime.Runtime``, which imports this module)."""
+
+    backend: Any
+    tool: str
+    save_path: Path
+
+    @property
+    def disk(self) -> Disk: ...
+
+    def claim(self, capture: Capture) -> Capture | None: ...
+
+    def release(self, capture: Capture) -> None: ...
+
+    def holder(self) -> Capture | None: ...
+
+    def defer_stop(self, capture: Capture) -> None: ...
+
+    def spec_for(self, capture: Capture) -> CaptureSpec: ...
+
+    def record(self, record: Record | dict[str, Any]) -> None: ...
+
+    def failure(self, what: str, exc: BaseException, *, in_flight: bool = False) -> None: ...
+
+    def submit(self, job: Callable[[], None]) -> None: ...
 
 
 class Range:

@@ -152,8 +152,25 @@ def _configure_from(snap: Mapping[str, Any]) -> None:
     data = dict(carried)
     data["rank"] = rank
     data["world_size"] = world_size
-    config = _api.configure(ProfilerConfig.from_mapping(data))
+    config = _adopt_config(ProfilerConfig.from_mapping(data), replacing=previous is not None)
     OWNER.carried = (carried, rank, world_size, config) if config is not None else None
+
+
+def _adopt_config(config: ProfilerConfig, *, replacing: bool) -> ProfilerConfig | None:
+    """Configure this process from a carried ``config`` (it had none of its own); say so once per run.
+
+    Adopting stays implicit for the caller (a worker's first carried call configures it), so
+    it is logged: once per run id and rank, at INFO, and again, at WARNING, whenever a later
+    carried config replaces the one adopted before.
+    """
+    adopted = _api.configure(config)
+    if adopted is not None:
+        what = "replaced the config adopted before by" if replacing else "configured this process from"
+        if first(f"adopted-config:{adopted.run_id}:{adopted.rank}:{replacing}"):
+            (logger.warning if replacing else logger.info)(
+                "profctx: %s the config carried in by a snapshot (run %s, rank %s)", what,
+                adopted.run_id, "detected" if adopted.rank is None else adopted.rank)
+    return adopted
 
 
 # -- carriers ---------------------------------------------------------------------------------

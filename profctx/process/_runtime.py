@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from ..backends import CaptureSpec, backend_class, choose_tool
 from ..core._config import ProfilerConfig
@@ -31,8 +31,22 @@ from ..util._identity import Identity, detectable, launcher_run_id, resolve
 from ..util._log import logger, warn_once
 from ._capture import Capture, Range
 
-if TYPE_CHECKING:
-    from ._owner import Owner
+
+class Owner(Protocol):
+    """What a runtime needs from the process's owner (``_owner.Owner``, which holds the runtime)."""
+
+    hooks: list[Any]
+    step_hooks: list[Any]
+    capture_hooks: list[Any]
+    switches: dict[str, Any]
+    driver: Any
+    last_step: int | None
+
+    def open_gate(self, token: object) -> None: ...
+
+    def close_gate(self, token: object) -> None: ...
+
+    def refresh(self) -> None: ...
 
 
 def new_run_id() -> str:
