@@ -18,18 +18,26 @@ from __future__ import annotations
 
 import gc
 import math
-import re
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import compress, islice, repeat
-from operator import add, attrgetter, eq, gt
+from itertools import compress, repeat
+from operator import add, attrgetter, eq, not_
 from pathlib import Path
 from typing import Any, Final
 
 from ..core._plan import RANGES_KEY
-from ._tracedecode import Event, Unchecked, as_event, events
+from ._nesting import MARK, OP, ROLE, STEP_MARKER, nest
+from ._tracedecode import Unchecked, as_event, events, flat
 from ._tracejson import EVENTS, TraceFormatError, TraceStream
+
+_np: Any  # numpy, or None where it is not installed
+try:
+    import numpy
+
+    _np = numpy
+except ImportError:  # pragma: no cover - exercised with numpy absent (tests patch it out)
+    _np = None
 
 #: Categories of device activity (CUDA kernels and copies; torch_npu uses the same names in its JSON).
 DEVICE_CATS: Final = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"})
@@ -37,17 +45,16 @@ DEVICE_CATS: Final = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "Kernel", 
 RANGE_CATS: Final = frozenset({"user_annotation"})
 #: Categories that are neither: torch's whole-capture span, device-side copies of user ranges.
 IGNORED_CATS: Final = frozenset({"Trace", "gpu_user_annotation"})
-#: Categories an event of the batch path may not have: those the loop over each event handles apart.
+#: Categories the batch path handles apart from operators.
 _OPERATOR_ONLY: Final = DEVICE_CATS | RANGE_CATS | IGNORED_CATS
+#: Categories of events that are not on a thread's nesting (kernels: device figures; ignored: counted only).
+_APART: Final = DEVICE_CATS | IGNORED_CATS
+#: Threads a batch may hold for the batch path (more: the loop over each event, which costs the same then).
+_THREADS: Final = 8
 _FIELD: Final = {f: attrgetter(f) for f in ("ph", "cat", "name", "ts", "dur", "pid", "tid")}
 #: Types an unchecked batch's times, and its pid, tid and category, may have for the batch path.
 _NUMBERS: Final = frozenset({float, int})
 _ID_TYPES: Final = frozenset({int, str, type(None)})
-#: Names of step markers: torch's (``ProfilerStep#N``, drawn by profctx too) and older profctx's ``step N``.
-STEP_MARKER: Final = re.compile(r"(?:ProfilerStep#|step )(-?[0-9]+)")
-
-# What a range name is, per trace (operators, kind 0, need no lookup).
-_ROLE, _MARK, _OP, _RANGE = 1, 2, 3, 4
 
 
 @dataclass
@@ -104,7 +111,7 @@ def read_figures(path: str | Path, root: str | Path | None = None) -> TraceFigur
 
 def _read(path: str | Path, root: str | Path | None) -> TraceFigures:
     figures = TraceFigures()
-    names: dict[str, int] = {}
+    names = _Names()
     threads: dict[tuple[Any, Any], _Thread] = {}
     lo = float("inf")
     hi = float("-inf")
@@ -112,7 +119,7 @@ def _read(path: str | Path, root: str | Path | None) -> TraceFigures:
     marks: list[tuple[float, float, int]] = []
     try:
         # Slices are decoded into the seven fields read here (typed: a time is a float or None).
-        with TraceStream(path, root, loads=events) as stream:
+        with TraceStream(path, root, loads=events, flat=flat) as stream:
             for key, batch in stream.batches():
                 if key != EVENTS:
                     if key == RANGES_KEY and isinstance(batch, dict) and isinstance(batch.get("roles"), list):
@@ -123,7 +130,7 @@ def _read(path: str | Path, root: str | Path | None) -> TraceFigures:
                 unchecked = type(batch) is Unchecked  # the fallback parser's dicts: fields of any type
                 # The complete events, picked in C (most of a trace is other phases only in metadata).
                 batch = list(compress(batch, map(eq, _column(batch, "ph", unchecked), repeat("X"))))
-                taken = _operators(batch, names, threads, unchecked)
+                taken = _batch(batch, names, threads, marks, figures, unchecked)
                 if taken is not None:
                     figures.events += len(batch)
                     lo = min(lo, taken[0])
@@ -185,54 +192,150 @@ def _read(path: str | Path, root: str | Path | None) -> TraceFigures:
         slot[0] += end - start
         slot[1] += 1
     for thread in threads.values():
-        _nest(thread, by_index, kinds, marks, figures)
+        ops, roles = nest(thread.ts, thread.dur, thread.name, thread.kind, by_index, kinds, marks, figures.marked)
+        _add(figures.ops, ops)
+        _add(figures.roles, roles)
     return figures
 
 
-def _operators(batch: list[Event], names: dict[str, int], threads: dict[tuple[Any, Any], _Thread],
-               unchecked: bool = False) -> tuple[float, float] | None:
-    """Add a batch of complete events that are all operators of one thread, with times and names, to its
-    thread; return the batch's first start and last end. Return ``None`` (nothing added) for any other batch.
+def _add(into: dict[Any, list[Any]], table: dict[Any, list[Any]]) -> None:
+    """Add one thread's figures to the trace's (its slots are its own: kept as they are when new)."""
+    for key, values in table.items():
+        slot = into.get(key)
+        if slot is None:
+            into[key] = values
+        else:
+            for at, value in enumerate(values):
+                slot[at] += value
 
-    The common batch of a trace, taken in a few passes in C rather than the loop over each event.
+
+def _batch(batch: list[Any], names: _Names, threads: dict[tuple[Any, Any], _Thread],
+           marks: list[tuple[float, float, int]], figures: TraceFigures,
+           unchecked: bool = False) -> tuple[float, float] | None:
+    """Add a batch of complete events, all with times and names, to the figures: each thread's events to
+    its thread in file order, kernels to ``figures.device``; return the first start and last end of the
+    events that count for the span. Return ``None`` (nothing added) when some event needs the loop over
+    each event: a missing time or name, a field of an odd type, events of more than :data:`_THREADS` threads.
+
+    The common batch of a trace, taken in a few passes in C per field rather than the loop over each event.
     ``unchecked``: the fields may be of any type (checked here, in C, for the whole batch).
     """
     if not batch:
         return None
     try:
-        pids = set(_column(batch, "pid", unchecked))
-        tids = set(_column(batch, "tid", unchecked))
-        cats = set(_column(batch, "cat", unchecked))
+        one = len(set(_column(batch, "pid", unchecked))) == 1 and len(set(_column(batch, "tid", unchecked))) == 1
+        kinds_seen = set(_column(batch, "cat", unchecked))
     except TypeError:  # a pid, tid or category that is not hashable: the loop over each event names it
         return None
-    if len(pids) != 1 or len(tids) != 1 or not _OPERATOR_ONLY.isdisjoint(cats):
+    if unchecked and not _plain(batch, kinds_seen):
         return None
-    key = (pids.pop(), tids.pop())
-    starts = list(_column(batch, "ts", unchecked))
-    durations = list(_column(batch, "dur", unchecked))
-    labels = list(_column(batch, "name", unchecked))
-    if unchecked:
-        if (not set(map(type, starts)).union(map(type, durations)) <= _NUMBERS
-                or set(map(type, labels)) != {str} or not _ID_TYPES.issuperset(map(type, key))
-                or not _ID_TYPES.issuperset(map(type, cats))):
-            return None
-        try:  # msgspec's floats are finite; the fallback parser may give NaN, infinities, huge integers
-            if not (math.isfinite(math.fsum(starts)) and math.isfinite(math.fsum(durations))):
-                return None  # a time that is not a number: the loop over each event takes it as it always has
-        except OverflowError:  # an integer past any float
-            return None
-    elif None in starts or None in durations or None in labels:
+    try:  # a time or name missing (None) fails here: the loop over each event skips or names that event
+        starts = array("d", _column(batch, "ts", unchecked))
+        durations = array("d", _column(batch, "dur", unchecked))
+        indexes = array("l", map(names.__getitem__, _column(batch, "name", unchecked)))
+    except (TypeError, KeyError):
         return None
-    thread = threads.get(key)
+    places = [(batch[0].get("pid"), batch[0].get("tid")) if unchecked else (batch[0].pid, batch[0].tid)]
+    where: list[tuple[Any, Any]] = []
+    if not one:
+        where = list(zip(_column(batch, "pid", unchecked), _column(batch, "tid", unchecked), strict=True))
+        places = list(dict.fromkeys(where))
+        if len(places) > _THREADS:
+            return None
+    lo = float("inf")
+    hi = float("-inf")
+    if _OPERATOR_ONLY.isdisjoint(kinds_seen):
+        ranges = bytes(len(batch))
+    else:
+        cats = list(_column(batch, "cat", unchecked))
+        labels = list(_column(batch, "name", unchecked))
+        apart = list(map(_APART.__contains__, cats))
+        if any(apart):
+            for i in compress(range(len(batch)), apart):
+                if cats[i] in IGNORED_CATS:
+                    continue  # counted as an event, nothing more
+                ts = starts[i]
+                dur = durations[i]
+                lo = min(lo, ts)
+                hi = max(hi, ts + dur)
+                slot = figures.device.get(labels[i])
+                if slot is None:
+                    figures.device[labels[i]] = [dur, 1]
+                else:
+                    slot[0] += dur
+                    slot[1] += 1
+                figures.device_us += dur
+            kept = list(map(not_, apart))
+            starts = array("d", compress(starts, kept))
+            durations = array("d", compress(durations, kept))
+            indexes = array("l", compress(indexes, kept))
+            cats = list(compress(cats, kept))
+            labels = list(compress(labels, kept))
+            where = list(compress(where, kept))
+            if not starts:
+                return lo, hi
+        ranges = bytes(map(RANGE_CATS.__contains__, cats))
+        for i in compress(range(len(labels)), ranges):
+            marker = STEP_MARKER.fullmatch(labels[i])
+            if marker is not None:
+                marks.append((starts[i], starts[i] + durations[i], int(marker[1])))
+    first, last = _bounds(starts, durations)
+    lo = min(lo, first)
+    hi = max(hi, last)
+    if one:
+        _extend(threads, places[0], starts, durations, indexes, ranges)
+        return lo, hi
+    for place in places:
+        mine = list(map(eq, where, repeat(place)))
+        _extend(threads, place, array("d", compress(starts, mine)), array("d", compress(durations, mine)),
+                array("l", compress(indexes, mine)), bytes(compress(ranges, mine)))
+    return lo, hi
+
+
+def _plain(batch: list[dict[str, Any]], cats: set[Any]) -> bool:
+    """Whether the fallback parser's events of ``batch`` have fields the batch path may take as they are:
+    times that are finite numbers, names that are strings, ids and categories of the types an event keeps."""
+    starts = list(_column(batch, "ts", True))
+    durations = list(_column(batch, "dur", True))
+    if (not set(map(type, starts)).union(map(type, durations)) <= _NUMBERS
+            or set(map(type, _column(batch, "name", True))) != {str}
+            or not _ID_TYPES.issuperset(map(type, _column(batch, "pid", True)))
+            or not _ID_TYPES.issuperset(map(type, _column(batch, "tid", True)))
+            or not _ID_TYPES.issuperset(map(type, cats))):
+        return False
+    try:  # msgspec's floats are finite; the fallback parser may give NaN, infinities, huge integers
+        return math.isfinite(math.fsum(starts)) and math.isfinite(math.fsum(durations))
+    except OverflowError:  # an integer past any float
+        return False
+
+
+def _bounds(starts: array[float], durations: array[float]) -> tuple[float, float]:
+    """Return the first start and the last end (start + duration) of the events."""
+    if _np is not None:
+        t = _np.frombuffer(starts, dtype=_np.float64)
+        return float(t.min()), float((t + _np.frombuffer(durations, dtype=_np.float64)).max())
+    return min(starts), max(map(add, starts, durations))
+
+
+class _Names(dict):  # type: ignore[type-arg] # dict[str, int]
+    """Each name's index, in the order first seen; a missing name is added (``KeyError`` for one not a string)."""
+
+    def __missing__(self, name: Any) -> int:
+        if type(name) is not str:
+            raise KeyError(name)
+        index = self[name] = len(self)
+        return index
+
+
+def _extend(threads: dict[tuple[Any, Any], _Thread], place: tuple[Any, Any], starts: array[float],
+            durations: array[float], indexes: array[int], ranges: bytes) -> None:
+    thread = threads.get(place)
     if thread is None:
-        thread = threads[key] = _Thread()
-    for name in set(labels).difference(names):
-        names[name] = len(names)
+        thread = threads[place] = _Thread()
     thread.ts.extend(starts)
     thread.dur.extend(durations)
-    thread.name.extend(map(names.__getitem__, labels))
-    thread.kind.extend(bytes(len(batch)))
-    return min(starts), max(map(add, starts, durations))
+    thread.name.extend(indexes)
+    thread.kind.extend(ranges)
 
 
 def _column(batch: list[Any], field: str, unchecked: bool) -> Iterator[Any]:
@@ -242,103 +345,7 @@ def _column(batch: list[Any], field: str, unchecked: bool) -> Iterator[Any]:
 
 def _classify(name: str, drawn: set[str] | None) -> int:
     if STEP_MARKER.fullmatch(name):
-        return _MARK
+        return MARK
     if drawn is None:
-        return _ROLE  # no list: the outermost user range is the role, nested ones are left out
-    return _ROLE if name in drawn else _OP
-
-
-def _step_at(marks: list[tuple[float, float, int]], ts: float) -> int | None:
-    for start, end, step in marks:
-        if start - 1e-3 <= ts < end:
-            return step
-    return None
-
-
-def _nest(thread: _Thread, names: list[str], kinds: bytearray, marks: list[tuple[float, float, int]],
-          figures: TraceFigures) -> None:
-    ts, dur, name, kind = thread.ts, thread.dur, thread.name, thread.kind
-    n = len(ts)
-    order: Iterable[int] = range(n)
-    if any(map(gt, ts, islice(ts, 1, None))):  # out of time order (pairwise, in C)
-        # By start, the longer first at one start: two stable sorts with keys read in C, not a key tuple
-        # per event (which took five times the memory of the events' figures).
-        order = sorted(sorted(range(n), key=dur.__getitem__, reverse=True), key=ts.__getitem__)
-    ops = figures.ops
-    roles = figures.roles
-    # Stack entries: [end, index, child time, role key (step, name) or None, step, covered by an operator,
-    # is an operator].
-    stack: list[list[Any]] = []
-
-    def close(entry: list[Any]) -> None:
-        if not entry[6]:
-            return
-        i = entry[1]
-        role = entry[3]
-        key = (entry[4], None if role is None else role[1], names[name[i]])
-        slot = ops.get(key)
-        length = dur[i]
-        if slot is None:
-            ops[key] = [length - entry[2], length, 1]
-        else:
-            slot[0] += length - entry[2]
-            slot[1] += length
-            slot[2] += 1
-
-    for i in order:
-        start = ts[i]
-        length = dur[i]
-        # 1 ns of slack: torch rounds times to ns, so a sibling may seem to start inside the previous one.
-        limit = start + 1e-3
-        while stack and stack[-1][0] <= limit:
-            entry = stack.pop()
-            if entry[6]:  # close(entry), written out: it runs once for every operator
-                j = entry[1]
-                role = entry[3]
-                key = (entry[4], None if role is None else role[1], names[name[j]])
-                slot = ops.get(key)
-                if slot is None:
-                    ops[key] = [dur[j] - entry[2], dur[j], 1]
-                else:
-                    slot[0] += dur[j] - entry[2]
-                    slot[1] += dur[j]
-                    slot[2] += 1
-        if stack:
-            parent = stack[-1]
-            parent[2] += length
-            role, step, covered = parent[3], parent[4], parent[5]
-        else:
-            role = step = None
-            covered = False
-        if not kind[i]:  # an operator: most events
-            if role is not None and not covered:
-                roles[role][2] += length
-            stack.append([start + length, i, 0.0, role, step, True, True])
-            continue
-        what = kinds[name[i]]
-        if what == _ROLE:
-            if role is None:
-                if step is None:
-                    step = _step_at(marks, start)
-                role = (step, names[name[i]])
-                slot = roles.get(role)
-                if slot is None:
-                    roles[role] = [length, 1, 0.0]
-                else:
-                    slot[0] += length
-                    slot[1] += 1
-                stack.append([start + length, i, 0.0, role, step, False, False])
-                continue
-            # A role range inside a role: an operator of the outer role in a listed trace, else left out.
-            what = _OP if figures.marked else _RANGE
-        if what == _MARK:
-            match = STEP_MARKER.fullmatch(names[name[i]])
-            stack.append([start + length, i, 0.0, role, int(match[1]) if match else step, covered, False])
-        elif what == _OP:
-            if role is not None and not covered:
-                roles[role][2] += length
-            stack.append([start + length, i, 0.0, role, step, True, True])
-        else:
-            stack.append([start + length, i, 0.0, role, step, covered, False])
-    while stack:
-        close(stack.pop())
+        return ROLE  # no list: the outermost user range is the role, nested ones are left out
+    return ROLE if name in drawn else OP

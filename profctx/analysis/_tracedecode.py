@@ -215,6 +215,12 @@ def events(data: bytes) -> list[Any]:
     return Unchecked(compress(values, map(isinstance, values, repeat(dict))))
 
 
+def flat(batch: list[Any]) -> bool:
+    """Whether a batch :func:`events` returned holds only flat fields (the typed decoder's structs): the
+    values an :class:`Unchecked` batch holds may nest to any depth."""
+    return type(batch) is not Unchecked
+
+
 def heads(data: bytes) -> list[Head] | None:
     """Return ``(ph, pid, tid)`` of every value of the JSON array ``data``, or ``None`` when msgspec does not
     take it: a value that is not an object, a field of another type, JSON it refuses (the caller then

@@ -87,14 +87,20 @@ class TraceStream:
     time (after damage, or a cut that never parses) are always plain JSON values, with
     :attr:`raw` ``None``. A ``.gz`` file inflates through :mod:`profctx.util._codec` (isal when installed).
 
+    ``flat(batch)`` says whether a batch ``loads`` returned holds no nested value at all (a typed decode
+    into strings and numbers): its slice then skips the depth check, which guards what is built from
+    nested values, and a decoder that builds none bounds its own recursion (msgspec raises, and the
+    slice is parsed again by the fallback parser, whose batch is checked).
+
     ``consumed`` is how many bytes of the file (compressed bytes for ``.gz``) were read so
     far, for progress display. Use as a context manager; not thread-safe.
     """
 
     def __init__(self, path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None, *,
-                 loads: Callable[[bytes], Any] | None = None) -> None:
+                 loads: Callable[[bytes], Any] | None = None, flat: Callable[[Any], bool] | None = None) -> None:
         self.path = Path(path)
         self._loads = loads or _loads
+        self._flat = flat
         self._raw: IO[bytes] = open_regular(self.path, root)
         self.size = os.fstat(self._raw.fileno()).st_size
         magic = self._raw.read(2)
@@ -206,7 +212,7 @@ class TraceStream:
                 return None
             text = buf[start:cut]
             try:
-                batch = self._loads(b"[" + text + b"]")
+                batch = self._loads(b"".join((b"[", text, b"]")))
             except _ParseError as exc:
                 # Try a boundary before where the parse failed (past the "["): a cut inside a
                 # string fails near the cut, damaged data where it is, so valid events before
@@ -216,7 +222,7 @@ class TraceStream:
                 continue
             if not isinstance(batch, list):  # pragma: no cover - "[" ... "]" parses to a list
                 return None
-            if too_deep(text):
+            if (self._flat is None or not self._flat(batch)) and too_deep(text):
                 raise DamagedDataError(f"the data is damaged (JSON nested deeper than {MAX_DEPTH} levels)")
             self._pos = cut + 1
             self.raw = text

@@ -54,10 +54,10 @@ def test_typed_decoder_and_codec_read_what_the_plain_parser_reads(tmp_path: Path
             patched.setattr(_tracedecode, attr, None)
         patched.setattr(_codec, "_isal", None)
         assert _figures(path) == fast
-        patched.setattr(_trace, "_operators", lambda *args: None)
+        patched.setattr(_trace, "_batch", lambda *args: None)
         assert _figures(path) == fast
     # Batches of one thread's operators are taken in C; the loop over each event must agree.
-    monkeypatch.setattr(_trace, "_operators", lambda *args: None)
+    monkeypatch.setattr(_trace, "_batch", lambda *args: None)
     assert _figures(path) == fast
 
 
@@ -103,3 +103,21 @@ def test_events_out_of_time_order_read_as_in_order(tmp_path: Path) -> None:
     assert _figures(shuffled) == got
     parent = next(v for (_, _, name), v in got[2].items() if name == "aten::parent")
     assert parent[0] == 6.0  # its self time: the child at the same start nests in it
+
+
+def test_a_deep_value_the_typed_decoder_skips_is_read_past_and_built_values_are_checked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not _tracedecode.typed():
+        pytest.skip("msgspec is not installed")
+    event = {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1.0, "dur": 2.0}
+    deep = dict(event, ts=5.0, args="@")
+    text = json.dumps({"traceEvents": [event, deep, dict(event, ts=9.0)]}).replace('"@"', "[" * 300 + "]" * 300)
+    path = tmp_path / "t.pt.trace.json"
+    path.write_text(text)
+    # Typed: the 300-deep args are skipped, never built: every event is read.
+    got = read_figures(path)
+    assert got.problem is None and got.events == 3
+    # Without msgspec the parser builds the args: past the reader's depth bound, that is damage.
+    monkeypatch.setattr(_tracedecode, "_EVENTS", None)
+    got = read_figures(path)
+    assert got.problem is not None and "nested deeper than 128 levels" in got.problem

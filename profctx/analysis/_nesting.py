@@ -1,0 +1,306 @@
+"""Nest one thread's complete events: self time per operator, the roles they ran in, the steps.
+
+Two implementations of one definition, giving the same figures to the last bit: a loop over the
+events with a stack, and a vectorised one (numpy, used when installed: it comes with torch) for
+threads of :data:`VECTOR_MIN` events or more. The command line works without numpy.
+
+The definition (the stack's): events are taken by start, the longer first at one start (file
+order when the thread is in time order already). An event's *parent* is the nearest earlier event
+still open when it starts: ``end > start + 1 ns``, the nanosecond of slack because torch rounds
+times to it. Taken stack-free, the parent of event ``i`` is the largest ``j < i`` whose end lies
+past ``i``'s start (an event that ended is never open again, since starts only grow), so it is
+found for all events at once by bisection over a table of range maxima. What an event is then
+follows from its ancestors: a *role* is the outermost range named as a role; a *step* is that of
+the nearest step marker above (for a role without one, the marker it lies in); an operator is
+*covered* time of its role when no other operator lies between them. Self time is duration less
+that of the direct children.
+
+Sums are taken in the events' sorted order, one thread at a time, starting from zero: the loop and
+:func:`numpy.bincount` add the same numbers in the same order, so the figures agree exactly.
+"""
+
+from __future__ import annotations
+
+import re
+from array import array
+from collections.abc import Iterable, Sequence
+from itertools import islice
+from operator import gt
+from typing import Any, Final
+
+_np: Any  # numpy, or None where it is not installed
+try:
+    import numpy
+
+    _np = numpy
+except ImportError:  # pragma: no cover - exercised with numpy absent (tests patch it out)
+    _np = None
+
+#: Threads with at least this many events are nested by numpy (below, a numpy call costs more than the loop).
+VECTOR_MIN: Final = 64
+#: What a range's name is, per trace (from ``_trace``): a role, a step marker, an operator.
+ROLE, MARK, OP = 1, 2, 3
+#: Names of step markers: torch's (``ProfilerStep#N``, drawn by profctx too) and older profctx's ``step N``.
+STEP_MARKER: Final = re.compile(r"(?:ProfilerStep#|step )(-?[0-9]+)")
+
+Ops = dict[tuple[int | None, str | None, str], list[Any]]
+Roles = dict[tuple[int | None, str], list[Any]]
+Marks = Sequence[tuple[float, float, int]]
+
+
+def step_at(marks: Marks, ts: float) -> int | None:
+    """Return the step of the first marker (in file order) that ``ts`` lies in, or ``None``."""
+    for start, end, step in marks:
+        if start - 1e-3 <= ts < end:
+            return step
+    return None
+
+
+def vectorised() -> bool:
+    """Return whether numpy is installed (threads of :data:`VECTOR_MIN` events or more are then vectorised)."""
+    return _np is not None
+
+
+def nest(ts: array[float], dur: array[float], name: array[int], kind: bytearray, names: list[str],
+         kinds: bytes | bytearray, marks: Marks, marked: bool) -> tuple[Ops, Roles]:
+    """Return one thread's operators ``{(step, role, name): [self, total, count]}`` and roles
+    ``{(step, name): [total, count, covered]}``; times as given (microseconds).
+
+    ``ts``, ``dur``, ``name`` (an index into ``names``) and ``kind`` (1: a user range, 0: an
+    operator) hold one event each, in file order; ``kinds`` says per name what a range of that name
+    is (:data:`ROLE`, :data:`MARK`, :data:`OP`); ``marks`` are the trace's step markers (start, end,
+    step) in file order; ``marked``: the trace lists profctx's ranges (a role range inside a role is
+    then an operator, else it is left out). Times that are not finite take the loop.
+    """
+    if _np is not None and len(ts) >= VECTOR_MIN:
+        t = _np.frombuffer(ts, dtype=_np.float64)
+        d = _np.frombuffer(dur, dtype=_np.float64)
+        if _np.isfinite(t).all() and _np.isfinite(d).all():
+            return nest_vectorised(ts, dur, name, kind, names, kinds, marks, marked)
+    return nest_loop(ts, dur, name, kind, names, kinds, marks, marked)
+
+
+def nest_loop(ts: Sequence[float], dur: Sequence[float], name: Sequence[int], kind: Sequence[int],
+              names: list[str], kinds: Sequence[int], marks: Marks, marked: bool) -> tuple[Ops, Roles]:
+    """:func:`nest` by a loop over the events with a stack (any times, NaN included)."""
+    n = len(ts)
+    order: Iterable[int] = range(n)
+    if any(map(gt, ts, islice(ts, 1, None))):  # out of time order (pairwise, in C)
+        # By start, the longer first at one start: two stable sorts with keys read in C, not a key tuple
+        # per event (which took five times the memory of the events' figures).
+        order = sorted(sorted(range(n), key=dur.__getitem__, reverse=True), key=ts.__getitem__)
+    child = [0.0] * n
+    roles: Roles = {}
+    taken: list[tuple[int, Any, Any]] = []  # operators in sorted order: (index, step, role)
+    # Stack entries: [end, index, role key (step, name) or None, step, covered by an operator].
+    stack: list[list[Any]] = []
+    for i in order:
+        start = ts[i]
+        length = dur[i]
+        # 1 ns of slack: torch rounds times to ns, so a sibling may seem to start inside the previous one.
+        limit = start + 1e-3
+        while stack and stack[-1][0] <= limit:
+            stack.pop()
+        if stack:
+            parent = stack[-1]
+            child[parent[1]] += length
+            role, step, covered = parent[2], parent[3], parent[4]
+        else:
+            role = step = None
+            covered = False
+        what = kinds[name[i]] if kind[i] else OP
+        if what == ROLE:
+            if role is None:
+                if step is None:
+                    step = step_at(marks, start)
+                role = (step, names[name[i]])
+                slot = roles.get(role)
+                if slot is None:
+                    roles[role] = [length, 1, 0.0]
+                else:
+                    slot[0] += length
+                    slot[1] += 1
+                stack.append([start + length, i, role, step, False])
+                continue
+            if not marked:  # a role range inside a role, in a trace that lists none: left out
+                stack.append([start + length, i, role, step, covered])
+                continue
+            what = OP  # a role range inside a role of a listed trace: an operator of the outer role
+        if what == OP:
+            if role is not None and not covered:
+                roles[role][2] += length
+            taken.append((i, step, role))
+            stack.append([start + length, i, role, step, True])
+        else:  # a step marker
+            found = STEP_MARKER.fullmatch(names[name[i]])
+            stack.append([start + length, i, role, int(found[1]) if found else step, covered])
+    ops: Ops = {}
+    for i, step, role in taken:
+        key = (step, None if role is None else role[1], names[name[i]])
+        length = dur[i]
+        slot = ops.get(key)
+        if slot is None:
+            ops[key] = [length - child[i], length, 1]
+        else:
+            slot[0] += length - child[i]
+            slot[1] += length
+            slot[2] += 1
+    return ops, roles
+
+
+def nest_vectorised(ts: Any, dur: Any, name: Any, kind: Any, names: list[str], kinds: bytes | bytearray,
+                    marks: Marks, marked: bool) -> tuple[Ops, Roles]:
+    """:func:`nest` with numpy (finite times only: a NaN has no place in a sort). Raise ``RuntimeError``
+    without numpy."""
+    np = _np
+    if np is None:
+        raise RuntimeError("numpy is not installed")
+    t = np.asarray(ts, dtype=np.float64)
+    d = np.asarray(dur, dtype=np.float64)
+    nm = np.asarray(name, dtype=np.int64)
+    k = np.asarray(kind, dtype=np.uint8)
+    n = len(t)
+    if n == 0:
+        return {}, {}
+    if (t[:-1] > t[1:]).any():
+        order = np.lexsort((-d, t))  # stable: by start, the longer first, then file order
+        t, d, nm, k = t[order], d[order], nm[order], k[order]
+    index = np.arange(n)
+    # The first event whose start (+1 ns) reaches each event's end: from there on it is closed.
+    closed = np.searchsorted(t + 1e-3, t + d, side="left")
+    np.maximum(closed, index + 1, out=closed)
+    parent = _parents(closed.astype(np.int32) if n < (1 << 31) - 1 else closed)
+    # What each event is. Arrays one longer than the events: index n stands for "none" (no parent).
+    up = np.where(parent < 0, n, parent)
+    what = np.append(np.frombuffer(bytes(kinds), dtype=np.uint8)[nm] * (k != 0), 0)
+    named_role = what == ROLE
+    outer = _nearest(up, named_role)
+    role = named_role.copy()
+    role[:n] &= outer[up] == n  # a role: the outermost range named as one
+    operator = np.append(k == 0, False) | (what == OP)
+    if marked:
+        operator |= named_role & ~role
+    mark = what == MARK
+    role_of = _nearest(up, role)
+    step_from = _nearest(up, mark | role)
+    cover_from = _nearest(up, operator | role)
+    # Steps as indexes into a list (a marker's number may be any integer, None is "no step").
+    steps: list[int | None] = [None]
+    seen: dict[int | None, int] = {None: 0}
+    step_id = np.zeros(n + 1, dtype=np.int64)
+
+    def number(value: int | None) -> int:
+        at = seen.get(value)
+        if at is None:
+            at = seen[value] = len(steps)
+            steps.append(value)
+        return at
+
+    marked_at = np.flatnonzero(mark)
+    if marked_at.size:
+        by_name = {int(x): number(_marker(names[int(x)])) for x in np.unique(nm[marked_at])}
+        step_id[marked_at] = [by_name[int(x)] for x in nm[marked_at]]
+    roles_at = np.flatnonzero(role)
+    if roles_at.size:
+        above = step_from[up[roles_at]]
+        step_id[roles_at] = np.where(above == n, 0, step_id[np.minimum(above, n)])
+        for j in roles_at[above == n].tolist():
+            step_id[j] = number(step_at(marks, float(t[j])))
+    step = step_id[step_from]  # per event: the step of its nearest marker or role (0: none)
+    # Roles: totals, counts, and the time of the operators directly under them.
+    roles: Roles = {}
+    if roles_at.size:
+        group, first = _groups(step[roles_at] * (len(names) + 1) + nm[roles_at])
+        count = len(first)
+        totals = np.bincount(group, weights=d[roles_at], minlength=count).tolist()
+        counts = np.bincount(group, minlength=count).tolist()
+        of_role = np.full(n + 1, -1, dtype=np.int64)
+        of_role[roles_at] = group
+        ops_at = np.flatnonzero(operator[:n])
+        direct = ops_at[role[cover_from[up[ops_at]]] & (role_of[ops_at] != n)]
+        covered = np.bincount(of_role[role_of[direct]], weights=d[direct], minlength=count).tolist()
+        for g in np.argsort(first, kind="stable").tolist():
+            j = int(roles_at[first[g]])
+            roles[(steps[int(step[j])], names[int(nm[j])])] = [totals[g], counts[g], covered[g]]
+    # Operators: self time (duration less the direct children's, summed in order), per step, role and name.
+    ops: Ops = {}
+    ops_at = np.flatnonzero(operator[:n])
+    if ops_at.size:
+        has = parent >= 0
+        child = np.bincount(parent[has], weights=d[has], minlength=n)
+        outer_name = np.append(nm, -1)[role_of[ops_at]]  # -1: in no role
+        pair, _ = _groups(step[ops_at] * (len(names) + 1) + outer_name + 1)
+        group, first = _groups(pair * len(names) + nm[ops_at])
+        count = len(first)
+        lengths = d[ops_at]
+        selfs = np.bincount(group, weights=lengths - child[ops_at], minlength=count).tolist()
+        totals = np.bincount(group, weights=lengths, minlength=count).tolist()
+        counts = np.bincount(group, minlength=count).tolist()
+        for g in np.argsort(first, kind="stable").tolist():
+            i = int(ops_at[first[g]])
+            outer_at = int(role_of[i])
+            key = (steps[int(step[i])], None if outer_at == n else names[int(nm[outer_at])], names[int(nm[i])])
+            ops[key] = [selfs[g], totals[g], counts[g]]
+    return ops, roles
+
+
+def _marker(text: str) -> int | None:
+    found = STEP_MARKER.fullmatch(text)
+    return int(found[1]) if found else None
+
+
+def _parents(closed: Any) -> Any:
+    """Return each event's parent (``-1``: none), the largest ``j < i`` with ``closed[j] > i``.
+
+    ``closed[j] > j`` for every ``j``. Most events are the first child of the one before; the rest
+    bisect a table of range maxima of ``closed`` (``log2 n`` levels) for the run of closed events
+    before them.
+    """
+    np = _np
+    assert np is not None
+    n = len(closed)
+    index = np.arange(n)
+    parent = np.full(n, -1, dtype=np.int64)
+    parent[1:] = np.where(closed[:-1] > index[1:], index[:-1], -1)
+    rest = np.flatnonzero(parent[1:] < 0) + 1
+    if not rest.size:
+        return parent
+    levels = [closed]  # levels[k][j]: the largest of closed[j : j + 2**k]
+    span = 1
+    while 2 * span <= n:
+        below = levels[-1]
+        levels.append(np.maximum(below[:-span], below[span:]))
+        span *= 2
+    start = rest - 1  # every event in [start, i) is closed at i
+    for level in range(len(levels) - 1, -1, -1):
+        before = start - (1 << level)
+        fits = before >= 0
+        shut = levels[level][np.maximum(before, 0)] <= rest
+        start = np.where(fits & shut, before, start)
+    parent[rest] = start - 1
+    return parent
+
+
+def _nearest(up: Any, chosen: Any) -> Any:
+    """Return per event the nearest of itself and its ancestors that is ``chosen``, ``n`` for none.
+
+    ``up``: each event's parent (``n``: none); ``chosen``: ``n + 1`` flags, the last false. By
+    pointer jumping: each pass doubles how far a pointer has gone, so ``log2`` of the depth passes.
+    """
+    np = _np
+    assert np is not None
+    n = len(up)
+    at = np.append(np.where(chosen[:n], np.arange(n), up), n)
+    while True:
+        ahead = at[at]
+        if np.array_equal(ahead, at):
+            return at
+        at = ahead
+
+
+def _groups(key: Any) -> tuple[Any, Any]:
+    """Return, for integer keys, each one's group and each group's first position (groups in key order)."""
+    np = _np
+    assert np is not None
+    _, first, group = np.unique(key, return_index=True, return_inverse=True)
+    return group.reshape(-1), first
