@@ -29,7 +29,11 @@ from pathlib import Path
 from typing import Any, Final, final
 
 from .core._layout import MANIFEST_DIR, safe
+from .core._status import LISTED
 from .util._untrusted import MAX_DEPTH, UnsafeFileError, inside, open_regular, resolve, too_deep
+
+__all__ = ["DRIVER", "MAX_LINE", "STATUSES", "VERSION", "CaptureRecord", "ManifestReader", "TraceFile", "drivers",
+           "in_groups", "latest_run", "process_names", "read", "runs"]
 
 
 @functools.cache
@@ -56,8 +60,8 @@ _PIECE: Final = 1 << 20
 VERSION: Final = 1
 #: The group name that marks the driver; a process outside any group is the driver where its run has groups.
 DRIVER: Final = "driver"
-#: Statuses the writer emits. Other strings are kept as given.
-STATUSES: Final = ("ok", "failed", "skipped", "open", "interrupted")
+#: The statuses a record can have (``core._status.LISTED``). Other strings are kept as given.
+STATUSES: Final = LISTED
 
 #: Keys the typed record holds as fields; every other key goes to ``extra``.
 _FIELDS: Final = frozenset({
@@ -386,11 +390,6 @@ def _capture_id(line: bytes) -> str | None:
         return None
 
 
-def to_record(merged: Mapping[str, Any]) -> CaptureRecord:
-    """Return the typed view of one merged capture dict."""
-    return CaptureRecord(merged)
-
-
 class ManifestReader:
     """Iterate over the captures of ``save_path`` (of one ``run``, or of all when ``None``).
 
@@ -564,11 +563,11 @@ class ManifestReader:
 
     def _lean(self, name: str, lines: list[bytes]) -> Iterator[dict[str, Any]]:
         """Yield a shard's records as :meth:`_shard_lines` does, less the started ones a later record covers."""
-        for record in self.lean_parse(name, lines):
+        for record in self._lean_parse(name, lines):
             if record is not None:
                 yield record
 
-    def lean_parse(self, name: str, lines: list[bytes], first: int = 1) -> list[dict[str, Any] | None]:
+    def _lean_parse(self, name: str, lines: list[bytes], first: int = 1) -> list[dict[str, Any] | None]:
         """Return the record of each of ``lines`` as the lean reader reads them (``None``: not parsed or not a record).
 
         ``first``: the number of the first line, as :attr:`damaged` names lines. The listing
@@ -604,7 +603,7 @@ class ManifestReader:
                 restarted.add(key)
         return parsed
 
-    def shard_processes(self) -> Iterator[tuple[str, str | None, int | None, str | None]]:
+    def _shard_processes(self) -> Iterator[tuple[str, str | None, int | None, str | None]]:
         """Yield ``(run, host, pid, group)`` of each shard's process (one process per shard).
 
         The group is the first one a line of the shard names (a process may be put in a group
@@ -636,10 +635,10 @@ class ManifestReader:
         pending: dict[str, dict[str, Any]] = {}
         finished: set[str] = set()
         for shard in self.shards():
-            yield from self.merge_shard(shard, pending, finished)
-        yield from self.still_open(pending, finished)
+            yield from self._merge_shard(shard, pending, finished)
+        yield from self._still_open(pending, finished)
 
-    def merge_shard(self, shard: Path, pending: dict[str, dict[str, Any]],
+    def _merge_shard(self, shard: Path, pending: dict[str, dict[str, Any]],
                     finished: set[str]) -> Iterator[dict[str, Any]]:
         """Yield the captures ``shard`` finishes, as :meth:`merged` does; a step of it, for callers that skip shards.
 
@@ -651,26 +650,17 @@ class ManifestReader:
         return self._merge(self._shard_lines(shard, self.lean), pending, finished)
 
     @staticmethod
-    def still_open(pending: dict[str, dict[str, Any]], finished: set[str]) -> Iterator[dict[str, Any]]:
-        """Yield the captures of ``pending`` that no shard finished, with status ``open`` (see :meth:`merge_shard`)."""
+    def _still_open(pending: dict[str, dict[str, Any]], finished: set[str]) -> Iterator[dict[str, Any]]:
+        """Yield the captures of ``pending`` that no shard finished, with status ``open`` (see :meth:`_merge_shard`)."""
         for key, record in pending.items():
             if key not in finished:
                 record["status"] = "open"
                 yield record
 
-    def shard_captures(self, shard: Path, data: bytes) -> tuple[list[dict[str, Any]], int]:
-        """Return the captures of one shard's bytes ``data``, as :meth:`merged` yields them, and how many are open.
-
-        The open ones (started, not finished in ``data``) are not in the list.
-        """
-        pending: dict[str, dict[str, Any]] = {}
-        captures = list(self._merge(self._records(shard.name, data, self.lean), pending, set()))
-        return captures, len(pending)
-
     @staticmethod
-    def merge_records(records: Iterable[dict[str, Any]], pending: dict[str, dict[str, Any]],
+    def _merge_records(records: Iterable[dict[str, Any]], pending: dict[str, dict[str, Any]],
                       finished: set[str]) -> Iterator[dict[str, Any]]:
-        """Yield the captures ``records`` (one shard's, in order) finish, as :meth:`merge_shard` does.
+        """Yield the captures ``records`` (one shard's, in order) finish, as :meth:`_merge_shard` does.
 
         Those without a capture id come first, as read; then the others, each where its last record was.
         """

@@ -293,6 +293,42 @@ def test_reset_check_sees_leftover_hooks(all_modules: list[types.ModuleType], tm
     assert "'hooks': ('list', [('_SilentHook'" in left[0]
 
 
+def _rebound() -> set[str]:
+    """Module-level names some function of the package rebinds (``global name``): state by construction."""
+    found = set()
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Global):
+                found.update(f"{module}.{name}" for name in node.names)
+    return found
+
+
+#: Every module-level variable a function rebinds, and what ``reset()`` leaves it at. A new one
+#: must be added here, with a reset: the state check above only sees what ``_use_profctx`` touches.
+REBOUND = {
+    "profctx.backends.torch_memory._oom_folder": None,
+    "profctx.engines._attach._atexit_installed": False,
+    "profctx.engines._loop._loop": None,
+    "profctx.engines._loop._thread": None,
+}
+
+
+def test_module_state_rebound_by_functions_is_known_and_ended_by_reset(
+    all_modules: list[types.ModuleType], tmp_path: Path
+) -> None:
+    assert _rebound() == set(REBOUND)
+    # The OOM watch needs CUDA to start; its folder is set as watch_oom would set it.
+    memory = importlib.import_module("profctx.backends.torch_memory")
+    memory._oom_folder = tmp_path / "oom"
+    _use_profctx(tmp_path)  # starts the engine loop and installs the exit hook
+    profctx.reset()
+    for key, value in REBOUND.items():
+        module, _, name = key.rpartition(".")
+        assert getattr(sys.modules[module], name) is value, key
+
+
 # -- import graph --------------------------------------------------------------------------------
 
 
@@ -536,3 +572,21 @@ def test_statuses_and_record_kinds_are_literals() -> None:
     source = inspect.getsource(importlib.import_module("profctx.process._capture"))
     ended = set(re.findall(r'_finished\(\s*"(\w+)"', source))
     assert ended and ended <= set(get_args(_manifest.Status))
+
+
+PUBLIC = ("profctx", "profctx.manifest", "profctx.analysis", "profctx.backends", "profctx.engines", "profctx.ray",
+          "profctx.testing", "profctx.testing.strategies", "profctx.integrations", "profctx.integrations.lightning",
+          "profctx.integrations.transformers", "profctx.interop", "profctx.interop.verl", "profctx.interop.structured")
+
+
+@pytest.mark.parametrize("name", PUBLIC)
+def test_public_modules_declare_their_names(name: str) -> None:
+    # Each public module says what it exports, and exports only what exists.
+    try:
+        module = importlib.import_module(name)
+    except ImportError as exc:  # an optional framework (ray, lightning, transformers, hypothesis) is absent
+        pytest.skip(str(exc))
+    declared = module.__dict__.get("__all__")
+    assert isinstance(declared, list), f"{name} has no __all__"
+    assert [n for n in declared if not hasattr(module, n)] == []
+    assert len(declared) == len(set(declared))

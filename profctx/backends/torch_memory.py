@@ -183,15 +183,24 @@ def watch_oom(
         enabled="all", context=opts["context"], stacks=stacks, max_entries=opts["max_entries"]
     )
     global _oom_folder
-    first = _oom_folder is None
     _oom_folder = folder
-    if first:
-        # Attached once per process; the folder of the latest call is used.
+    if not _observing:
+        # Attached once per process (torch has no way to detach it); the folder of the latest call is used.
         attach(_on_oom)
+        _observing.append(True)
     return folder
 
 
+#: Where the OOM observer writes (``None``: nowhere; set by :func:`watch_oom`, ended by :func:`reset`).
 _oom_folder: Path | None = None
+#: Non-empty once the observer is attached to torch: that outlives ``reset()``, as torch keeps it.
+_observing: list[bool] = []
+
+
+def reset() -> None:
+    """Stop writing OOM snapshots (``profctx.reset()``); the attached observer then does nothing."""
+    global _oom_folder
+    _oom_folder = None
 
 
 def _on_oom(device: int, alloc: int, device_alloc: int, device_free: int) -> None:

@@ -15,6 +15,7 @@ from typing import Any, Final, TextIO
 
 from ..core._layout import MANIFEST_DIR
 from ..core._plan import role_matches
+from ..core._status import LISTED
 from ..manifest import CaptureRecord, ManifestReader, in_groups, latest_run, runs
 
 #: Exit codes of every subcommand.
@@ -22,7 +23,7 @@ OK: Final = 0
 FINDINGS: Final = 1
 USAGE: Final = 2
 
-STATUSES: Final = ("ok", "failed", "skipped", "open", "interrupted")
+STATUSES: Final = LISTED
 
 
 class UsageError(Exception):
@@ -258,12 +259,6 @@ def matcher(args: argparse.Namespace) -> Callable[[CaptureRecord], bool]:
         return not patterns or role_matches(patterns, tuple((record.role or "step").split("/")))
 
     return keep
-
-
-def select(records: Iterable[CaptureRecord], args: argparse.Namespace) -> list[CaptureRecord]:
-    """Return the records that pass the filters of :func:`add_filters`."""
-    keep = matcher(args)
-    return [r for r in records if keep(r)]
 
 
 class Style:

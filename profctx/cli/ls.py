@@ -97,15 +97,15 @@ def _rows(args: argparse.Namespace) -> tuple[ManifestReader, Iterator[Sequence[A
                 if listed is not None:
                     yield from listed
                     continue
-            yield from map(fast_row, reader.merge_shard(shard, pending, finished))
-        yield from map(fast_row, reader.still_open(pending, finished))
+            yield from map(fast_row, reader._merge_shard(shard, pending, finished))
+        yield from map(fast_row, reader._still_open(pending, finished))
 
     return reader, rows()
 
 
 def _listed(reader: ManifestReader, name: str, found: Indexed, pending: dict[str, dict[str, Any]],
             finished: set[str]) -> list[Sequence[Any]] | None:
-    """Return the rows of a shard from its index and the tail after it, as :meth:`ManifestReader.merge_shard` would.
+    """Return the rows of a shard from its index and the tail after it, as :meth:`ManifestReader._merge_shard` would.
 
     ``None`` (nothing changed) when the tail touches a capture the index lists: a capture finished
     again, whose record the shard's last word makes. Captures without an id come first (the index's,
@@ -120,7 +120,7 @@ def _listed(reader: ManifestReader, name: str, found: Indexed, pending: dict[str
         lines = [*lines, *found.tail.splitlines()]
     count = len(reader.damaged)
     reader.damaged.extend(found.damaged)
-    parsed = [r for r in reader.lean_parse(name, lines, found.lines + 1 - len(found.open)) if r is not None]
+    parsed = [r for r in reader._lean_parse(name, lines, found.lines + 1 - len(found.open)) if r is not None]
     if parsed and found.ids:
         listed = set(found.ids)
         for record in parsed:
@@ -131,7 +131,7 @@ def _listed(reader: ManifestReader, name: str, found: Indexed, pending: dict[str
     finished.update(found.ids)
     first: list[Sequence[Any]] = []
     last: list[Sequence[Any]] = []
-    for raw in reader.merge_records(parsed, pending, finished):
+    for raw in reader._merge_records(parsed, pending, finished):
         key = raw.get("capture")
         (last if type(key) is str and key else first).append(fast_row(raw))
     return [*found.loose, *first, *found.rows, *last]
@@ -259,7 +259,7 @@ def _drivers(args: argparse.Namespace) -> set[tuple[str, str | None, int | None]
     """Return the (run, host, pid) of the drivers of ``args.dir``, whatever the filters (read from its shards)."""
     grouped: set[str] = set()
     ungrouped: list[tuple[str, str | None, int | None]] = []
-    for run_id, host, pid, group in ManifestReader(args.dir).shard_processes():
+    for run_id, host, pid, group in ManifestReader(args.dir)._shard_processes():
         if group is None:
             ungrouped.append((run_id, host, pid))
         elif group != DRIVER:

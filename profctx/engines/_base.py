@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from ..core._config import EngineConfig
 from ..core._layout import capture_folder, safe
 from ..core._scope import Scope
+from ..core._status import Ended
 from ..util._errors import ConfigError
 from ..util._log import logger, warn_once
 from ._host import Host, process
@@ -48,7 +49,7 @@ class StopTimedOut(EngineError):  # noqa: N818
 
 
 #: Told what a start or stop that passed its timeout finally did: ``(status, state, outcome)``.
-Report = Callable[[str, str, "Outcome | None"], None]
+Report = Callable[[Ended, str, "Outcome | None"], None]
 
 
 @dataclass(frozen=True)
@@ -392,7 +393,7 @@ class EngineAdapter(ABC):
         runtime.record({**base, "event": "started", "start_time": start_wall})
         save_path = runtime.save_path
 
-        def late(status: str, state: str, outcome: Outcome | None) -> None:
+        def late(status: Ended, state: str, outcome: Outcome | None) -> None:
             found, more = _found(outcome, save_path, start_wall, base)
             runtime.record({**base, **found, "event": "finished", "status": status, "start_time": start_wall,
                             "end_time": time.time(), "error": None if status == "ok" else state,
@@ -442,7 +443,7 @@ class EngineAdapter(ABC):
             return
         start_wall = float(base.get("start_time") or time.time())
 
-        def late(status: str, state: str, outcome: Outcome | None) -> None:
+        def late(status: Ended, state: str, outcome: Outcome | None) -> None:
             if runtime is None:
                 return
             found, more = _found(_merged(started, outcome), runtime.save_path, start_wall, base)
@@ -523,7 +524,7 @@ class EngineAdapter(ABC):
         return await future
 
 
-def _report(late: Report | None, status: str, state: str, outcome: Outcome | None) -> None:
+def _report(late: Report | None, status: Ended, state: str, outcome: Outcome | None) -> None:
     if late is None:
         logger.warning("profctx: engine: %s", state)
         return

@@ -6,3 +6,5 @@
 
 Each module imports its framework; ``import profctx`` imports none of them.
 """
+
+__all__: list[str] = []  # the integrations are its submodules, imported by name

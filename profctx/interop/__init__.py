@@ -5,3 +5,5 @@
 ``profctx.interop.structured`` holds the dataclass schema for ``OmegaConf.structured`` and Hydra.
 Both are imported on demand: importing ``profctx`` does not import them.
 """
+
+__all__: list[str] = []  # the bridges are its submodules, imported by name

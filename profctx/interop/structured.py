@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+__all__ = ["EngineSchema", "ProfilerSchema", "register"]
+
 # OmegaConf reads these annotations at run time on Python 3.10, so they use typing.Optional,
 # List and Dict forms it understands, not PEP 604 unions.
 

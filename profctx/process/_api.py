@@ -102,6 +102,9 @@ def reset() -> None:
     engines = sys.modules.get("profctx.engines._attach")  # imported only once engines are used
     if engines is not None:
         engines.end()
+    memory = sys.modules.get("profctx.backends.torch_memory")  # its OOM watch, if one was started
+    if memory is not None:
+        memory.reset()
     _lifecycle.uninstall()
     _log.reset()
 

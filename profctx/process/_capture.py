@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from ..backends import CaptureSpec
 from ..core._layout import capture_folder
 from ..core._plan import CaptureKey
+from ..core._status import HOLDING, State
 from ..records._manifest import Record, Status, capture_record, file_entries
 from ..util._log import logger
 
@@ -88,7 +89,6 @@ class Capture:
         "seq",
         "spec",
         "stacks",
-        "start_mono",
         "start_wall",
         "status",
         "thread",
@@ -99,12 +99,11 @@ class Capture:
         self.runtime = runtime
         self.key = key
         self.seq = seq
-        self.status = "planned"
+        self.status: State = "planned"
         self.holder: Capture | None = None
         self.thread = threading.get_ident()
         self.folder = capture_folder(key.steps, key.roles)
         self.start_wall = 0.0
-        self.start_mono = 0.0
         self.spec: CaptureSpec | None = None
         self.ranges = 0
         #: Thread id -> that thread's open ranges, innermost last.
@@ -164,7 +163,6 @@ class Capture:
                 return False
             self.thread = threading.get_ident()
             self.start_wall = time.time()
-            self.start_mono = time.perf_counter()
             self._record("started", start_time=self.start_wall, thread=threading.current_thread().name)
             self.spec = rt.spec_for(self)
             rt.backend.start(self.spec)
@@ -181,7 +179,7 @@ class Capture:
     def _abandon(self, exc: BaseException) -> None:
         """Undo a start or stop that did not complete: stop what the backend started, give back the token."""
         rt = self.runtime
-        if self.status not in ("starting", "live", "stopping"):
+        if self.status not in HOLDING:
             return
         try:
             abort = getattr(rt.backend, "abort", None)

@@ -23,6 +23,7 @@ from ..core._config import ProfilerConfig
 from ..core._layout import MANIFEST_DIR, Spans, trace_stem
 from ..core._plan import Actions, Enter, Policy, decide, role_matches
 from ..core._scope import Scope
+from ..core._status import HOLDING
 from ..core._window import StepWindow
 from ..records._manifest import ManifestWriter, Record
 from ..util._errors import ProfilingError
@@ -468,7 +469,7 @@ class Runtime:
             if holder is capture:
                 self.owner.refresh()
                 return None
-            if holder.status in ("starting", "live", "stopping"):
+            if holder.status in HOLDING:
                 capture.status = previous
                 return holder
             if self._token.get("holder") is holder:

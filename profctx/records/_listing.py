@@ -171,7 +171,7 @@ def _line(value: dict[str, Any]) -> bytes:
 
 
 def _candidate(line: bytes) -> bool:
-    """Whether the lean reader may skip ``line`` as a started record a later one covers (see ``lean_parse``)."""
+    """Whether the lean reader may skip ``line`` as a started record a later one covers (see ``_lean_parse``)."""
     return _STARTED in line and line.rstrip().endswith(b"}")
 
 
@@ -230,7 +230,7 @@ class IndexBuilder:
         reader = self.reader
         reader.damaged.clear()
         name = self.shard.name
-        parsed = reader.lean_parse(name, lines, first)
+        parsed = reader._lean_parse(name, lines, first)
         for where in reader.damaged:
             if _candidate(lines[int(where.rpartition(":")[2]) - first]):
                 return False  # whether the whole read parses it depends on lines not written yet
@@ -247,7 +247,7 @@ class IndexBuilder:
         rows: list[Row] = []
         loose: list[Row] = []  # captures without an id: a whole read lists them before the others
         pending: dict[str, dict[str, Any]] = {}
-        for raw in reader.merge_records([r for r in parsed if r is not None], pending, set()):
+        for raw in reader._merge_records([r for r in parsed if r is not None], pending, set()):
             key = raw.get("capture")
             if type(key) is not str or not key:
                 loose.append(fast_row(raw))

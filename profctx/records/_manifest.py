@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, TypedDict
 
 from ..core._layout import MANIFEST_DIR, safe
+from ..core._status import Ended
 from ..util._files import make_folders
 from ..util._identity import Identity
 from ..util._log import logger, warn_once
@@ -28,9 +29,8 @@ _CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 #: Version of the record format; readers accept records of this version or lower.
 VERSION: Final = 1
 
-#: How a capture ended. ``interrupted``: a signal, Ctrl-C or process exit cut it short
-#: (its trace may be missing); ``open`` (readers only): started, never finished.
-Status = Literal["ok", "failed", "skipped", "interrupted"]
+#: How a capture ended (``core._status``: the one vocabulary of capture states).
+Status = Ended
 Event = Literal["started", "finished"]
 Kind = Literal["step", "role", "engine", "remote"]
 #: Seconds between retries after the disk filled up (records wait in memory meanwhile).
