@@ -153,19 +153,21 @@ def read(save_path: str | os.PathLike[str], run: str | None = "latest") -> Timel
     found: list[Process] = []
     for path in files(save_path):
         process: Process | None = None
+        bad: list[int] = []  # lines that do not parse or say nothing this reader understands
         for number, line in enumerate(_lines(path, save_path, budget, damaged), 1):
             try:
                 record = json.loads(line)
             except (ValueError, RecursionError):
-                damaged.append(f"{path.name}:{number}")
+                bad.append(number)
                 continue
             if type(record) is not dict or (line.count(b"{") + line.count(b"[") > 64 and too_deep(line)):
-                damaged.append(f"{path.name}:{number}")
+                bad.append(number)
                 continue
             if "schema" in record:
                 version = record.get("v")
                 if record.get("schema") != SCHEMA or type(version) is not int or version > LINE_VERSION:
                     damaged.append(f"{path.name}: not a timeline this reader understands")
+                    process = None
                     break
                 rank, size, pid = record.get("rank"), record.get("world_size"), record.get("pid")
                 process = Process(
@@ -176,7 +178,7 @@ def read(save_path: str | os.PathLike[str], run: str | None = "latest") -> Timel
                 found.append(process)
                 continue
             if process is None:
-                damaged.append(f"{path.name}:{number} (a step before the header)")
+                bad.append(number)
                 continue
             if "dropped" in record:
                 dropped = record.get("dropped")
@@ -185,7 +187,7 @@ def read(save_path: str | os.PathLike[str], run: str | None = "latest") -> Timel
                 continue
             step, seconds = record.get("step"), _number(record.get("time_s"))
             if type(step) is not int or step < 0 or seconds is None or seconds < 0:
-                damaged.append(f"{path.name}:{number}")
+                bad.append(number)
                 continue
             roles: dict[str, tuple[float, int]] = {}
             raw = record.get("roles")
@@ -195,6 +197,9 @@ def read(save_path: str | os.PathLike[str], run: str | None = "latest") -> Timel
                             and type(value[1]) is int:
                         roles[str(name)[:200]] = (float(value[0]), value[1])
             process.steps[step] = StepTime(seconds, _number(record.get("start")), roles)
+        if bad:
+            shown = ", ".join(map(str, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+            damaged.append(f"{path.name}: {len(bad)} unreadable line(s) skipped (line {shown})")
     runs = _runs(found)
     chosen = (runs[-1] if runs else None) if run == "latest" else run
     kept = [p for p in found if chosen is None or p.run == chosen]

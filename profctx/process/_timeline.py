@@ -10,11 +10,12 @@ file of this process beside the manifest shard (``{save_path}/.profctx/{run}.{ra
 through its descriptor, a batch per write; a batch cut short is cut back to its last whole line,
 and a reader skips a torn last line, so a crash loses at most the steps not flushed yet.
 
-Bounds, whatever the run's length: at most :data:`MAX_PENDING` steps wait for the writer (a step
-beyond is dropped and counted; the count is written as a ``dropped`` line), a step's role entries
-are folded once there are :data:`MAX_ROLE_ENTRIES`, and at most :data:`MAX_ROLE_NAMES` role names are
-kept per step and in the totals (the rest fold into ``(other)``). Steps are handed to the writer
-every :data:`FLUSH_STEPS` steps or :data:`FLUSH_S` seconds, whichever comes first.
+Bounds, whatever the run's length: at most :data:`MAX_EVENTS` entries (steps and roles) wait for
+the writer; should it fall that far behind (a slow disk), what waits is dropped, its steps counted and
+the count written as a ``dropped`` line. A step with very many role blocks is folded by the writer as
+they come, and at most :data:`MAX_ROLE_NAMES` role names are kept per step and in the totals (the rest
+fold into ``(other)``). Entries are handed to the writer every :data:`FLUSH_EVENTS` entries or
+:data:`FLUSH_S` seconds, whichever comes first, so a crash loses at most that.
 """
 
 from __future__ import annotations
@@ -40,14 +41,14 @@ if TYPE_CHECKING:
 SUFFIX: Final = ".timeline"
 #: Version of the line format; readers accept this version or lower.
 VERSION: Final = 1
-#: Steps handed to the writer at once, at the latest.
-FLUSH_STEPS: Final = 64
-#: Seconds between two hand-overs to the writer, at the latest (checked when a step ends).
-FLUSH_S: Final = 5.0
-#: Steps waiting for the writer at most; a step beyond is dropped and counted.
-MAX_PENDING: Final = 8192
-#: Role entries one step holds before they are folded (a step with very many role blocks).
-MAX_ROLE_ENTRIES: Final = 1024
+#: Entries (steps and roles) handed to the writer at once, at the latest (about 1.3 MB of them). Waking the
+#: writer costs the training thread more than the entries do (a GIL hand-over): fast loops hand over by count,
+#: slow ones by time.
+FLUSH_EVENTS: Final = 16_384
+#: Seconds between two hand-overs to the writer, at the latest (checked when a step ends): what a crash can lose.
+FLUSH_S: Final = 1.0
+#: Entries waiting for the writer at most (about 16 MB); beyond, what waits is dropped and its steps counted.
+MAX_EVENTS: Final = 200_000
 #: Role names kept per step and in the totals; the others are summed as :data:`OTHER`.
 MAX_ROLE_NAMES: Final = 64
 OTHER: Final = "(other)"
@@ -94,24 +95,27 @@ class Totals:
 class Timeline:
     """The step timeline of one runtime: the training thread appends, the writer thread folds and writes.
 
-    Training-thread side (no lock, no system call): ``roles.append((role, seconds))`` when a
-    top-level role block ends, :meth:`step` when a step ends. Writer side: :meth:`flush`.
-    ``write=False`` keeps the totals only (``timeline=False`` with ``summary_at_exit=True``).
+    Training-thread side (no lock, no system call): when a top-level role block ends,
+    ``events.append((role, start, end))``; when a step ends, ``events.append((step, start, end))``
+    (a role is a ``str``, a step is not);
+    then, only when ``len(events) >= FLUSH_EVENTS`` (or, for a step, its end is past ``due``),
+    :meth:`hand_over`. ``_block`` writes these out in ``profile_step.__exit__``; :meth:`role` and
+    :meth:`step` are the same for the other callers. Roles noted before a step's entry belong to
+    that step. Writer side: :meth:`flush`. ``write=False`` keeps the totals only
+    (``timeline=False`` with ``summary_at_exit=True``).
     """
 
-    __slots__ = ("_fd", "_identity", "_written_dropped", "dropped", "due", "failed", "path", "pending", "queued",
-                 "roles", "runtime", "totals", "write")
+    __slots__ = ("_current", "_fd", "_identity", "_names", "_written_dropped", "dropped", "due", "events", "failed",
+                 "path", "queued", "runtime", "totals", "write")
 
     def __init__(self, runtime: Runtime, *, write: bool) -> None:
         self.runtime = runtime
         self.write = write
-        #: (role, seconds) or, once folded, (role, seconds, blocks) of the step under way.
-        self.roles: list[tuple[Any, ...]] = []
-        #: (step, start, end, roles) of steps waiting for the writer.
-        self.pending: deque[tuple[int, float, float, list[tuple[Any, ...]]]] = deque()
+        #: (role, start, end) and (step, start, end) entries waiting for the writer, in order.
+        self.events: deque[tuple[Any, ...]] = deque()
         self.dropped = 0
         self._written_dropped = 0
-        #: The monotonic time at which the steps are handed to the writer whatever their number.
+        #: The monotonic time at which the entries are handed to the writer whatever their number.
         self.due = clock() + FLUSH_S
         self.queued = False
         self.totals = Totals()
@@ -119,69 +123,98 @@ class Timeline:
         self.failed: str | None = None
         self._fd: int | None = None
         self._identity: Identity | None = None
+        #: The writer's fold of the roles of the step under way (name -> [seconds, blocks]).
+        self._current: dict[str, list[float]] = {}
+        #: Role names as JSON strings, as the writer formats them (bounded).
+        self._names: dict[str, str] = {}
 
     # -- the training thread -------------------------------------------------------------------
 
+    def role(self, role: str, start: float, end: float) -> None:
+        """Note a top-level role block from ``start`` to ``end`` (monotonic seconds) in the step under way."""
+        events = self.events
+        events.append((role, start, end))
+        if len(events) >= FLUSH_EVENTS:
+            self.hand_over(None)
+
     def step(self, step: int, start: float, end: float) -> None:
         """Note that ``step`` ran from ``start`` to ``end`` (monotonic seconds), with the roles noted since."""
-        roles = self.roles
-        self.roles = []
-        pending = self.pending
-        if len(pending) < MAX_PENDING:
-            pending.append((step, start, end, roles))
-        else:
-            self.dropped += 1
-        if (len(pending) >= FLUSH_STEPS or end >= self.due) and not self.queued:
-            self.queued = True
-            self.due = end + FLUSH_S
-            self.runtime.submit(self.flush)
+        events = self.events
+        events.append((step, start, end))
+        if end >= self.due or len(events) >= FLUSH_EVENTS:
+            self.hand_over(end)
 
-    def fold(self) -> None:
-        """Fold the roles of the step under way into one entry per name (many role blocks in one step)."""
-        entries = self.roles
-        self.roles = [(name, spent, count) for name, (spent, count) in _fold(entries).items()]
+    def hand_over(self, now: float | None) -> None:
+        """Queue :meth:`flush` on the writer thread; drop (and count) what waits if the writer fell far behind."""
+        if now is not None:
+            self.due = now + FLUSH_S
+        if not self.queued:
+            self.queued = True
+            self.runtime.submit(self.flush)
+        elif len(self.events) >= MAX_EVENTS:
+            events = self.events
+            waiting = list(events)
+            events.clear()
+            self.dropped += sum(1 for entry in waiting if type(entry[0]) is not str)
 
     # -- the writer thread ------------------------------------------------------------------------
 
     def flush(self) -> None:
-        """Fold the waiting steps, add them to the totals and append them to the file; never raises."""
+        """Fold the waiting entries, add the steps to the totals and append them to the file; never raises."""
         self.queued = False
-        pending = self.pending
+        events = self.events
         offset = time.time() - clock()  # wall clock of a monotonic reading, as of now
-        lines: list[dict[str, Any]] = []
-        while pending:
-            raw, start, end, entries = pending.popleft()
+        current = self._current
+        lines: list[str] = []
+        while events:
+            raw, start, end = events.popleft()
+            if type(raw) is str:
+                _add(current, raw, end - start, 1)
+                continue
+            self._current, roles, current = {}, current, {}
             try:
                 step = operator.index(raw)  # a numpy or tensor step, as blocks take them
             except TypeError:
                 continue
-            roles = _fold(entries)
             seconds = end - start
             self.totals.add(step, seconds, roles)
             if self.write:
-                lines.append({"step": step, "start": round(start + offset, 6), "time_s": round(seconds, 6),
-                              "roles": {name: [round(spent, 6), int(count)] for name, (spent, count) in roles.items()}})
+                lines.append(self._line(step, start + offset, seconds, roles))
+        self._current = current
         dropped = self.dropped
         if self.write and dropped != self._written_dropped:
-            lines.append({"dropped": dropped})
+            lines.append(f'{{"dropped":{dropped}}}')
             self._written_dropped = dropped
         if lines:
             try:
                 self._append(lines)
             except Exception as exc:  # noqa: BLE001 - the timeline never breaks training
-                self.dropped += sum(1 for line in lines if "step" in line)
+                self.dropped += sum(1 for line in lines if line.startswith('{"step"'))
                 self.failed = f"{type(exc).__name__}: {exc}"
                 self.runtime.failure("timeline write", exc, in_flight=True)
 
-    def _append(self, lines: list[dict[str, Any]]) -> None:
-        import json  # here, not at import profctx
+    def _line(self, step: int, start: float, seconds: float, roles: dict[str, list[float]]) -> str:
+        """Return one step's JSON line (written by hand: json.dumps per step costs several times more)."""
+        names = self._names
+        parts = []
+        for name, (spent, count) in roles.items():
+            quoted = names.get(name)
+            if quoted is None:
+                import json
 
+                quoted = json.dumps(name)
+                if len(names) < 4 * MAX_ROLE_NAMES:
+                    names[name] = quoted
+            parts.append(f"{quoted}:[{spent:.6f},{int(count)}]")
+        return f'{{"step":{step},"start":{start:.6f},"time_s":{seconds:.6f},"roles":{{{",".join(parts)}}}}}'
+
+    def _append(self, lines: list[str]) -> None:
         identity = self.runtime.identity()
         if self._fd is None or identity != self._identity:
             self._open(identity)
         fd = self._fd
         assert fd is not None
-        data = "".join(json.dumps(line, separators=(",", ":"), default=str) + "\n" for line in lines).encode()
+        data = ("\n".join(lines) + "\n").encode()
         start = os.lseek(fd, 0, os.SEEK_END)
         try:
             written = os.write(fd, data)
@@ -243,23 +276,19 @@ class Timeline:
             warn_once("timeline-summary", "profctx: could not print the end-of-run summary: %s", exc)
 
 
-def _fold(entries: list[tuple[Any, ...]]) -> dict[str, list[float]]:
-    """Return name -> [seconds, blocks] of a step's role entries, each under its top-level role name."""
-    roles: dict[str, list[float]] = {}
-    for entry in entries:
-        raw = entry[0]
-        try:
-            name = role_parts(raw)[0] if "/" in raw else raw
-        except (TypeError, ValueError):
-            continue
-        found = roles.get(name)
-        if found is None:
-            if len(roles) >= MAX_ROLE_NAMES:
-                name = OTHER
-            found = roles.setdefault(name, [0.0, 0])
-        found[0] += entry[1]
-        found[1] += entry[2] if len(entry) > 2 else 1
-    return roles
+def _add(roles: dict[str, list[float]], raw: Any, seconds: Any, count: int) -> None:
+    """Add a role block of ``seconds`` to ``roles`` under its top-level name (the first part of a path)."""
+    try:
+        name = role_parts(raw)[0] if "/" in raw else raw
+    except (TypeError, ValueError):
+        return
+    found = roles.get(name)
+    if found is None:
+        if len(roles) >= MAX_ROLE_NAMES:
+            name = OTHER
+        found = roles.setdefault(name, [0.0, 0])
+    found[0] += seconds
+    found[1] += count
 
 
 def _time(seconds: float) -> str:
