@@ -13,7 +13,7 @@ The rules, one pure function each (:func:`anomalies`, :func:`stragglers`):
 - a step is **anomalous** when its time (the median over processes) exceeds ``factor`` (2) times
   the median of the ``window`` (20) steps before it, with at least ``min_history`` (5) of them, and by
   at least ``min_s`` (1 ms);
-- a process **straggles** in a step when its time exceeds ``ratio`` (1.2) times the median of the
+- a process **straggles** in a step when its time exceeds ``ratio`` (1.5) times the median of the
   other processes' times in that step, and by at least ``min_s``.
 """
 
@@ -47,7 +47,7 @@ MAX_FILES: Final = 10_000
 ANOMALY_FACTOR: Final = 2.0
 ANOMALY_WINDOW: Final = 20
 MIN_HISTORY: Final = 5
-STRAGGLER_RATIO: Final = 1.2
+STRAGGLER_RATIO: Final = 1.5
 MIN_S: Final = 0.001
 
 
@@ -218,10 +218,15 @@ def _runs(processes: Sequence[Process]) -> list[str]:
 
 
 def _name(processes: list[Process]) -> None:
-    """Name each process ``rank R`` (``group/rank R`` in a worker group); a name taken twice gets its pid."""
+    """Name each process ``rankR`` (``group/rankR`` in a worker group, ``driver`` outside every group of a run
+    with groups); a name taken twice gets its host and pid."""
+    grouped = {p.run for p in processes if p.group}
     for process in processes:
         rank = "?" if process.rank is None else str(process.rank)
-        process.name = f"{process.group}/rank{rank}" if process.group else f"rank{rank}"
+        if process.group:
+            process.name = f"{process.group}/rank{rank}"
+        else:
+            process.name = "driver" if process.run in grouped else f"rank{rank}"
     counts: dict[str, int] = {}
     for process in processes:
         counts[process.name] = counts.get(process.name, 0) + 1
@@ -430,7 +435,7 @@ def html_section(save_path: str | os.PathLike[str], run: str | None, rules: Rule
 def _flags(row: StepRow) -> str:
     parts = []
     if row.anomaly is not None:
-        parts.append(f"anomaly {row.anomaly.ratio:.1f}x prev-{row.anomaly.history} median")
+        parts.append(f"anomaly: {row.anomaly.ratio:.1f}x the median of the {row.anomaly.history} steps before")
     for s in row.stragglers[:3]:
         parts.append(f"straggler {s.process} {s.ratio:.1f}x")
     if len(row.stragglers) > 3:
