@@ -24,6 +24,8 @@ from ._common import FINDINGS, OK, UsageError, guarded
 
 #: Request files of this user older than this are removed when a new request is written.
 KEEP_S = 3600.0
+#: Seconds the CLI watches a process that has not published its pace yet (two of its looks).
+WATCH_S = 1.0
 
 
 def register(subparsers: Any) -> None:
@@ -77,8 +79,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"profctx trigger: no live process configured with on_demand=True writes to {args.dir} (none "
               f"published its progress in the last {STALE_S:.0f} s)", flush=True)
         return FINDINGS
-    progress = [Progress(p["step"], float(p["period"]) if type(p.get("period")) in (int, float) else None,
-                         float(p["time"])) for p in live if type(p.get("step")) is int]
+    if any(type(p.get("period")) not in (int, float) for p in live):
+        # A process that has not published its pace yet: watch it for a moment (see _progress).
+        time.sleep(WATCH_S)
+        before, now = live, time.time()
+        live = [p for p in live_processes(path, now) if p.get("on_demand")] or before
+        progress = _progress(before, live)
+    else:
+        progress = _progress(live, live)
     first = first_step(progress, now)
     if first is None:
         print(f"profctx trigger: the run writing to {args.dir} has not entered a step yet; try again once it has")
@@ -106,6 +114,28 @@ def run(args: argparse.Namespace) -> int:
         print(f"asked {len(live)} live process(es) of run {', '.join(runs)} to capture {steps} "
               f"(request {request.id}, {written}); see them with: profctx ls {args.dir}")
     return OK
+
+
+def _progress(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[Progress]:
+    """Return each live process's progress; a pace it did not publish is measured from the two readings.
+
+    A process whose step did not move between the readings (:data:`WATCH_S` apart) takes at least
+    that long per step: that lower bound is its pace (the margin of 2 steps then covers 2 seconds).
+    """
+    earlier = {(p.get("host"), p.get("pid")): p for p in before}
+    out = []
+    for p in after:
+        step, when, published = p.get("step"), p.get("time"), p.get("period")
+        if type(step) is not int or not isinstance(when, (int, float)):
+            continue
+        period = float(published) if isinstance(published, (int, float)) and published > 0 else None
+        if period is None:
+            old = earlier.get((p.get("host"), p.get("pid"))) or {}
+            old_step, old_when = old.get("step"), old.get("time")
+            if type(old_step) is int and isinstance(old_when, (int, float)) and when > old_when:
+                period = (when - old_when) / (step - old_step) if step > old_step else max(WATCH_S, when - old_when)
+        out.append(Progress(step, period, float(when)))
+    return out
 
 
 def _forget_old(path: Path, now: float) -> None:

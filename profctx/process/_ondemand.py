@@ -15,6 +15,7 @@ Ray); a worker group member follows the requests its driver sends with each step
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -24,7 +25,7 @@ import time
 from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from ..core._layout import MANIFEST_DIR, capture_folder, safe
 from ..core._ondemand import (
@@ -46,8 +47,26 @@ from ..util._files import make_folders, write_file
 from ..util._log import logger, warn_once
 from ..util._untrusted import open_regular
 
-if TYPE_CHECKING:
-    from ._runtime import Runtime
+
+class Host(Protocol):
+    """What requests need from the runtime that holds them (``_runtime.Runtime``)."""
+
+    config: Any
+    save_path: Path
+    window: StepWindow
+    in_window: frozenset[int]
+    run_id: str
+    tool: str
+    owner: Any
+    writer: Any
+
+    def identity(self) -> Any: ...
+
+    def record(self, record: Any) -> None: ...
+
+    def rewindow(self, steps: Iterable[int]) -> None: ...
+
+    def swap_policies(self, policies: dict[bool, Policy]) -> None: ...
 
 #: Seconds between two looks at the requests folder (and two updates of the progress file).
 POLL_S: Final = 0.5
@@ -84,7 +103,7 @@ def live_name(run_id: str, host: str, pid: int) -> str:
 class OnDemand:
     """The requests of one runtime: read, admitted, scheduled, started; the anomaly watch; the poll thread."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Host) -> None:
         self.rt = runtime
         config = runtime.config
         self.on_demand = config.on_demand
@@ -112,6 +131,8 @@ class OnDemand:
         # -- anomaly watch (the training thread's) --
         self.history: deque[float] = deque(maxlen=self.auto.window if self.auto else 1)
         self._entered: tuple[int, float, bool] | None = None
+        #: Anomaly captures this process decided (each also an accepted request, here or, for rank 0, everywhere).
+        self.decided = 0
         #: An anomaly request waiting for the poll thread to name its first step and publish it.
         self.outbox: deque[Request] = deque()
         self._stop = threading.Event()
@@ -174,12 +195,14 @@ class OnDemand:
                 self.admit(request)
 
     def period(self) -> float | None:
-        """Return this process's seconds per step, from the steps it entered over the last polls."""
-        samples = self._samples
-        if len(samples) < 2:
-            return None
-        (s0, t0), (s1, t1) = samples[0], samples[-1]
-        return (t1 - t0) / (s1 - s0) if s1 > s0 else None
+        """Return this process's seconds per step: its fastest pace between two of its last looks.
+
+        The fastest, not the mean: a request's margin must hold should the loop speed up again
+        after a slow stretch (a first step ahead by too little makes every process skip it).
+        """
+        samples = list(self._samples)
+        paces = [(t1 - t0) / (s1 - s0) for (s0, t0), (s1, t1) in itertools.pairwise(samples) if s1 > s0]
+        return min(paces) if paces else None
 
     def _publish(self, now: float) -> None:
         step = self.rt.owner.last_step
@@ -288,10 +311,7 @@ class OnDemand:
         steps = set(self.base)
         for s in self.scheduled:
             steps.update(s.request.steps)
-        rt = self.rt
-        with rt._lock:
-            rt.window = StepWindow(steps)
-            rt.in_window = frozenset(steps)  # one store: the block fast path reads it whole
+        self.rt.rewindow(steps)
 
     def _skip(self, request: Request, why: str) -> None:
         """Record ``request`` as skipped in this process, with why."""
@@ -337,8 +357,6 @@ class OnDemand:
     def _swap(self, chosen: Scheduled | None) -> None:
         """Make the runtime decide with ``chosen``'s policy (``None``: the configuration's)."""
         rt = self.rt
-        if rt.run is not None:
-            rt.close_run()  # a contiguous capture never spans two policies
         self.active = chosen
         policies: dict[bool, Policy] = {}
         if chosen is not None:
@@ -352,10 +370,7 @@ class OnDemand:
                     roles=request.roles if request.roles is not None else config.roles,
                     engine_roles=config.engines.roles,
                     selected=request.selects(identity.group, identity.rank, configured))
-        rt._decisions = {}
-        rt._roles = {}
-        rt._policies = policies
-        rt.owner.refresh()
+        rt.swap_policies(policies)
 
     def current(self, step: int | None) -> Request | None:
         """Return the request whose steps the runtime captures now, when ``step`` is one of them."""
@@ -381,40 +396,75 @@ class OnDemand:
     # -- capture on anomaly (the training thread, at each step entry) ------------------------------
 
     def step_entered(self, step: int) -> None:
-        """Judge the step that ended as ``step`` began; ask for a capture of the next step if it was anomalous.
+        """Judge the step that ended as ``step`` began; ask for a capture of ``step`` if it was anomalous.
 
-        A step's time is from its block's entry to the next step block's entry. Steps this process
-        captured, and steps during which its writer thread wrote a capture, are neither judged nor
-        kept in the median (profctx's own work would look like an anomaly).
+        A step's time runs from its step block's entry to the next step block's entry. Steps this
+        process captured, and steps during which its writer thread wrote files, are neither judged
+        nor kept in the median (profctx's own work would look like an anomaly). The same step
+        entered again (a nested step block, or a Session after the fast path) is told once.
         """
         auto = self.auto
-        now = time.perf_counter()
         previous = self._entered
+        if auto is None or (previous is not None and previous[0] == step):
+            return
+        now = time.perf_counter()
         rt = self.rt
-        self._entered = (step, now, step in rt.in_window or rt.writer.pending())
-        if auto is None or previous is None or step <= previous[0]:
+        writing = rt.writer.pending()
+        self._entered = (step, now, writing or step in rt.in_window)
+        if previous is None or step < previous[0]:
             return
         last, began, busy = previous
-        if busy or rt.writer.pending():
+        if busy or writing:
             return
-        seconds = now - began
+        seconds = now - began if auto.role is None else self._role_seconds(last, auto.role)
+        if seconds is None:
+            return  # the watched role did not run in that step
         history = self.history
-        median = anomaly(seconds, list(history), auto.factor, auto.window)
+        # A step within factor x the fastest step kept is within factor x the median: no sort needed.
+        median = anomaly(seconds, list(history), auto.factor, auto.window) if (
+            len(history) == auto.window and seconds > auto.factor * min(history)) else None
         history.append(seconds)
-        if median is None or self.accepted["anomaly"] >= auto.max_captures or step in rt.in_window:
+        if median is None or self.decided >= auto.max_captures or step in rt.in_window:
             return
+        self.decided += 1
         why = reason(last, seconds, median, auto.window, auto.role)
         identity = rt.identity()
         request = Request(id=f"auto-{os.urandom(6).hex()}", first=step, count=1, origin="anomaly", reason=why,
                           uid=os.getuid(), host=identity.host, pid=identity.pid, time=time.time())
+        self._entered = (step, now, True)
         if self._shared_auto():
-            if identity.rank == 0:  # rank 0 decides for all; every rank reads its request (the poll thread)
-                self.accepted["anomaly"] += 1
+            # Several ranks, no driver: rank 0 decides for all, and its poll thread writes the request with a
+            # first step far enough ahead that every rank reads it in time (all capture the same step).
+            if identity.rank == 0:
                 self.outbox.append(Request(**{**_fields(request), "first": step + 1}))
             return
         logger.warning("profctx: %s: capturing step %d", why, step)
         self.admit(request, follow=True)
-        self._entered = (step, now, True)
+
+
+    def _role_seconds(self, step: int, role: str) -> float | None:
+        """Return the seconds the top-level ``role`` took in ``step``, from the step timeline; ``None`` if not known.
+
+        Read on the training thread while the writer thread is idle (the caller checked), so the
+        timeline's steps waiting for the writer are not being taken away meanwhile.
+        """
+        timeline = getattr(self.rt, "timeline", None)
+        pending = getattr(timeline, "pending", None)
+        if not pending:
+            if timeline is None:
+                warn_once("auto-capture-role", "profctx: auto_capture.role=%r needs the step timeline (timeline=True): "
+                          "no role time is known, so no step is judged", role)
+            return None
+        try:
+            for entry in reversed(pending):
+                if entry[0] == step:
+                    spent = [e[1] for e in entry[3] if e[0] == role or str(e[0]).partition("/")[0] == role]
+                    return float(sum(spent)) if spent else None
+                if entry[0] < step:
+                    return None
+        except (RuntimeError, IndexError, TypeError):  # the writer took them meanwhile, or another layout
+            return None
+        return None
 
 
 def _fields(request: Request) -> dict[str, Any]:
@@ -476,8 +526,8 @@ def read_progress(save_path: Path, now: float, *, run: str | None = None,
         if run is not None and data.get("run") != run:
             continue
         step, period, when = data.get("step"), data.get("period"), data.get("time")
-        if type(step) is int and step >= 0:
-            yield Progress(step, float(period) if type(period) in (int, float) else None, float(when))
+        if type(step) is int and step >= 0 and isinstance(when, (int, float)):
+            yield Progress(step, float(period) if isinstance(period, (int, float)) else None, float(when))
 
 
 def live_processes(save_path: Path, now: float, *, stale_s: float = STALE_S) -> list[dict[str, Any]]:
@@ -504,7 +554,7 @@ def live_processes(save_path: Path, now: float, *, stale_s: float = STALE_S) -> 
         if not isinstance(data, dict) or data.get("profctx_live") != LIVE_VERSION:
             continue
         when, pid = data.get("time"), data.get("pid")
-        if type(when) not in (int, float) or now - when > stale_s or type(pid) is not int:
+        if not isinstance(when, (int, float)) or now - when > stale_s or type(pid) is not int:
             continue
         if data.get("host") == host and not _alive(pid):
             continue
