@@ -243,6 +243,8 @@ class Runtime:
         self.disk = DiskWatch()
         self._identity: Identity | None = None
         self._fallback: Identity | None = None
+        #: rank_selected()'s answer for the identity it was computed for.
+        self._selected: tuple[Identity, bool] | None = None
         #: decide() results by everything they depend on (the plan is pure; blocks repeat).
         self._decisions: dict[tuple[Any, ...], Actions] = {}
         #: decide() for blocks that only add a role, on a selected rank and (if different) not (role_block()).
@@ -276,9 +278,14 @@ class Runtime:
         return identity
 
     def rank_selected(self) -> bool:
-        """Whether this process's rank is one the config profiles."""
+        """Whether this process's rank is one the config profiles (kept while the identity is the same object)."""
         identity = self.identity()
-        return self.config.selects(identity.group, identity.rank)
+        known = self._selected
+        if known is not None and known[0] is identity:
+            return known[1]
+        selected = self.config.selects(identity.group, identity.rank)
+        self._selected = (identity, selected)
+        return selected
 
     def policy(self) -> Policy:
         """Return the plan's view of the config for this process."""
