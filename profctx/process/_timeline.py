@@ -26,7 +26,7 @@ import os
 import sys
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Final, TextIO
+from typing import TYPE_CHECKING, Any, Final, Protocol, TextIO
 
 from ..core._layout import MANIFEST_DIR, safe
 from ..core._scope import role_parts
@@ -34,8 +34,23 @@ from ..util._files import create, make_folders, open_folder
 from ..util._log import warn_once
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
     from ..util._identity import Identity
-    from ._runtime import Runtime
+
+
+class Host(Protocol):
+    """What a timeline needs from the runtime that holds it (``_runtime.Runtime``)."""
+
+    save_path: Path
+    run_id: str
+
+    def submit(self, job: Callable[[], None]) -> None: ...
+
+    def identity(self) -> Identity: ...
+
+    def failure(self, what: str, exc: BaseException, *, in_flight: bool = False) -> None: ...
 
 #: How a timeline file's name ends (not ``.jsonl``: the manifest reader takes those as its shards).
 SUFFIX: Final = ".timeline"
@@ -108,7 +123,7 @@ class Timeline:
     __slots__ = ("_current", "_fd", "_identity", "_names", "_written_dropped", "dropped", "due", "events", "failed",
                  "path", "queued", "runtime", "totals", "write")
 
-    def __init__(self, runtime: Runtime, *, write: bool) -> None:
+    def __init__(self, runtime: Host, *, write: bool) -> None:
         self.runtime = runtime
         self.write = write
         #: (role, start, end) and (step, start, end) entries waiting for the writer, in order.
