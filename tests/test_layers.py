@@ -365,3 +365,21 @@ def test_capture_states_are_one_closed_vocabulary() -> None:
                 stray.append(f"{rel}:{line}: {text!r}")
     assert stray == [], "capture states outside core._status.State:\n" + "\n".join(stray)
     assert len(list(_status_strings(ast.parse("x.status = 'lve'\nif r.get('status') in ('ok', 'gone'): pass")))) == 3
+
+
+def test_adopting_a_carried_config_is_said_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # Receiving a snapshot configures a process that has no config of its own: not silently.
+    import logging
+
+    profctx.configure(steps=[1], tool="noop", save_path=str(tmp_path), warmup=False, exit_hooks=False,
+                      run_id="carried-run")
+    with profctx.profile_step(1):
+        carrier = profctx.inject({})
+    profctx.reset()
+    with caplog.at_level(logging.INFO, logger="profctx"):
+        for _ in range(3):
+            with profctx.adopt(profctx.extract(carrier)):
+                assert profctx.is_configured()
+    said = [r.getMessage() for r in caplog.records if "carried in by a snapshot" in r.getMessage()]
+    assert len(said) == 1 and "run carried-run" in said[0]
+    profctx.reset()
