@@ -1,9 +1,9 @@
-"""``profctx trigger SAVE_PATH --steps N``: ask a live run to profile its next N steps.
+"""``profctx trigger DIR --steps N``: ask the live run writing to DIR to profile its next N steps.
 
-The run must be configured with ``on_demand=True``. Every live process writing to SAVE_PATH
-publishes its step in ``SAVE_PATH/.profctx/live/``; the request names an absolute first step far
+The run must be configured with ``on_demand=True``. Every live process writing to DIR
+publishes its step in ``DIR/.profctx/live/``; the request names an absolute first step far
 enough ahead of the furthest of them (:func:`profctx.core._ondemand.first_step`) that every rank
-captures the same steps. It is written into ``SAVE_PATH/.profctx/requests/`` (a fresh temporary
+captures the same steps. It is written into ``DIR/.profctx/requests/`` (a fresh temporary
 renamed into place); each process reads it at its next look (every half second).
 """
 
@@ -33,12 +33,12 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "trigger",
         help="ask a live run (configured with on_demand=True) to profile its next N steps",
-        description="Ask the live run writing to SAVE_PATH to profile N steps from a step far enough ahead that "
+        description="Ask the live run writing to DIR (its save_path) to profile N steps from a step far enough ahead that "
                     "every process captures the same steps (at least 2 steps and 2 seconds ahead of the "
                     "furthest process). The run must be configured with on_demand=True. Exit code 1 when no "
-                    "live process of such a run writes to SAVE_PATH.",
+                    "live process of such a run writes to DIR.",
     )
-    parser.add_argument("dir", metavar="SAVE_PATH", help="the save_path of the live run")
+    parser.add_argument("dir", metavar="DIR", help="the save_path of the live run")
     parser.add_argument("--steps", type=int, required=True, metavar="N",
                         help=f"how many consecutive steps to profile (1 to {MAX_REQUEST_STEPS})")
     parser.add_argument("--mode", choices=("step", "role"), help="one capture per step, or per role "

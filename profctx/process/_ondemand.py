@@ -120,7 +120,7 @@ class OnDemand:
         self.scheduled: list[Scheduled] = []
         #: The request whose policy the runtime holds now (``None``: the configuration's).
         self.active: Scheduled | None = None
-        #: Every request that caused a capture here, by id (what records carry).
+        #: Every request accepted here, by id: captures of its steps carry it in their records.
         self.requests: dict[str, Request] = {}
         self.base = frozenset(runtime.window.steps)
         self.started_at = time.time()
@@ -314,8 +314,7 @@ class OnDemand:
         self.rt.rewindow(steps)
 
     def _skip(self, request: Request, why: str) -> None:
-        """Record ``request`` as skipped in this process, with why."""
-        self.requests[request.id] = request
+        """Record ``request`` as skipped in this process, with why (its steps are not annotated as its captures)."""
         kind = request.mode or self.rt.config.mode
         steps = tuple(request.steps)
         self.rt.record(capture_record(
@@ -339,6 +338,7 @@ class OnDemand:
                     s.started = True
                 elif what == "passed":
                     self.scheduled.remove(s)
+                    self.requests.pop(s.request.id, None)
                     changed = True
                     self._skip(s.request, f"this process entered step {step} before the request's first step "
                                           f"{s.request.first} began here: none of its steps captured")
