@@ -204,6 +204,10 @@ class ProfilerConfig:
         if not isinstance(self.tool_options, Mapping):
             raise ConfigError("tool_options", self.tool_options, "a mapping of backend options")
         _set(self, "tool_options", MappingProxyType(dict(self.tool_options)))
+        if self.auto_capture is not None and self.auto_capture.role is not None and not self.timeline:
+            raise ConfigError("auto_capture.role", self.auto_capture.role,
+                              "a role's time per step comes from the step timeline: keep timeline=True, or watch "
+                              "the step's time (role=None)")
         if self.enable and not self.steps and not self.on_demand and self.auto_capture is None:
             raise ConfigError(
                 "steps", None if self.steps is None else list(self.steps),
