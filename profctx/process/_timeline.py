@@ -120,8 +120,8 @@ class Timeline:
     (``timeline=False`` with ``summary_at_exit=True``).
     """
 
-    __slots__ = ("_current", "_fd", "_identity", "_names", "_written_dropped", "dropped", "due", "events", "failed",
-                 "path", "queued", "runtime", "totals", "write")
+    __slots__ = ("_current", "_fd", "_identity", "_names", "_written_dropped", "closed", "dropped", "due", "events",
+                 "failed", "path", "queued", "runtime", "totals", "write")
 
     def __init__(self, runtime: Host, *, write: bool) -> None:
         self.runtime = runtime
@@ -133,6 +133,8 @@ class Timeline:
         #: The monotonic time at which the entries are handed to the writer whatever their number.
         self.due = clock() + FLUSH_S
         self.queued = False
+        #: Set by :meth:`finish`: the last batch is queued, nothing is handed over after it.
+        self.closed = False
         self.totals = Totals()
         self.path: str | None = None
         self.failed: str | None = None
@@ -163,6 +165,8 @@ class Timeline:
         """Queue :meth:`flush` on the writer thread; drop (and count) what waits if the writer fell far behind."""
         if now is not None:
             self.due = now + FLUSH_S
+        if self.closed:  # the last batch is queued (blocks that outlive their configuration add nothing more)
+            return
         if not self.queued:
             self.queued = True
             self.runtime.submit(self.flush)
@@ -275,7 +279,10 @@ class Timeline:
     # -- the end ----------------------------------------------------------------------------------
 
     def finish(self) -> None:
-        """Hand the steps still waiting to the writer, then close the file there (shutdown)."""
+        """Hand the steps still waiting to the writer, then close the file there (shutdown); once."""
+        if self.closed:
+            return
+        self.closed = True
         self.runtime.submit(self.flush)
         self.runtime.submit(self.close)
 
