@@ -104,6 +104,7 @@ def test_watch_oom_records_history_and_writes_the_snapshot_at_oom(
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch._C, "_cuda_attach_out_of_memory_observer", observers.append, raising=False)
     monkeypatch.setattr(torch_memory, "_oom_folder", None)
+    monkeypatch.setattr(torch_memory, "_observing", [])  # this test's fake torch has no observer yet
     folder = torch_memory.watch_oom(tmp_path, max_entries=1000)
     assert folder == tmp_path / "oom"
     assert state.calls[-1]["enabled"] == "all" and state.calls[-1]["max_entries"] == 1000
@@ -125,6 +126,7 @@ def test_watch_oom_observer_never_raises(monkeypatch: pytest.MonkeyPatch, tmp_pa
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch._C, "_cuda_attach_out_of_memory_observer", observers.append, raising=False)
     monkeypatch.setattr(torch_memory, "_oom_folder", None)
+    monkeypatch.setattr(torch_memory, "_observing", [])  # this test's fake torch has no observer yet
     torch_memory.watch_oom(tmp_path)
     observers[0](0, 1, 2, 3)  # logs, does not raise
     assert not (tmp_path / "oom").exists() or list((tmp_path / "oom").iterdir()) == []
