@@ -123,6 +123,7 @@ class OnDemand:
         #: Every request accepted here, by id: captures of its steps carry it in their records.
         self.requests: dict[str, Request] = {}
         self.base = frozenset(runtime.window.steps)
+        #: Requests written before this process started are an earlier run's (a restart with the same save_path).
         self.started_at = time.time()
         # -- progress (the poll thread's) --
         self._samples: deque[tuple[int, float]] = deque(maxlen=20)
@@ -252,8 +253,12 @@ class OnDemand:
             except (OSError, RequestError) as exc:
                 self._refused_file(name, str(exc))
                 continue
-            if request is not None:
-                yield request
+            if request is None:
+                continue
+            if request.time is not None and request.time < self.started_at:
+                logger.debug("profctx: request %s was written before this process started: not for it", request.id)
+                continue
+            yield request
 
     def _refused_file(self, name: str, why: str) -> None:
         warn_once(f"request-file:{name}", "profctx: ignored the on-demand request file %s: %s", name, why)
@@ -281,8 +286,8 @@ class OnDemand:
             self.known.add(request.id)
             if outcome == "passed":
                 self._skip(request, f"this process was at step {self.rt.owner.last_step} when it read request "
-                                    f"{request.id} (first step {request.first}): it captures none of its steps "
-                                    "rather than other steps than the other processes")
+                                    f"{request.id} (first step {request.first}): it captures none of them, so that "
+                                    "no process captures other steps than the others")
                 return outcome
             if outcome == "cap":
                 what = "on_demand_max_captures" if request.origin == "trigger" else "auto_capture.max_captures"
