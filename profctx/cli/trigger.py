@@ -33,8 +33,8 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "trigger",
         help="ask a live run (configured with on_demand=True) to profile its next N steps",
-        description="Ask the live run writing to DIR (its save_path) to profile N steps from a step far enough ahead that "
-                    "every process captures the same steps (at least 2 steps and 2 seconds ahead of the "
+        description="Ask the live run writing to DIR (its save_path) to profile N steps from a step far enough "
+                    "ahead that every process captures the same steps (at least 2 steps and 2 seconds ahead of the "
                     "furthest process). The run must be configured with on_demand=True. Exit code 1 when no "
                     "live process of such a run writes to DIR.",
     )
