@@ -60,8 +60,14 @@ class ProfctxCallback(TrainerCallback):  # type: ignore[misc]
         self.optimizer_role = _role("optimizer_role", optimizer_role)
         #: The begin/end pairs this callback drives.
         self.steps = Steps()
+        #: Whether the open step can capture: the plan's answer when it began (the other events read
+        #: this rather than ask again; out of the window they return at once).
+        self._live = False
 
     # -- the Trainer's events ------------------------------------------------------------------
+    # The Trainer passes six objects by keyword to every callback at every event. The events of a
+    # step name them, so that they bind as parameters: gathered into ``**kwargs`` they would cost
+    # a dict per event, more than the callback's own work out of the window.
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        **kwargs: Any) -> None:
@@ -71,19 +77,24 @@ class ProfctxCallback(TrainerCallback):  # type: ignore[misc]
             _failed(exc)
 
     def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                      *, model: Any = None, processing_class: Any = None, optimizer: Any = None,
+                      lr_scheduler: Any = None, train_dataloader: Any = None, eval_dataloader: Any = None,
                       **kwargs: Any) -> None:
+        steps = self.steps
         try:
-            steps = self.steps
             steps.begin(state.global_step + 1)
-            if self.micro_batch_role is not None and steps.live:
+            live = self._live = steps.live
+            if live and self.micro_batch_role is not None:
                 steps.begin_role(self.micro_batch_role)
         except Exception as exc:  # noqa: BLE001 - never breaks training (re-raised under on_error="raise")
             _failed(exc)
 
     def on_substep_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                       *, model: Any = None, processing_class: Any = None, optimizer: Any = None,
+                       lr_scheduler: Any = None, train_dataloader: Any = None, eval_dataloader: Any = None,
                        **kwargs: Any) -> None:
         role = self.micro_batch_role
-        if role is not None and self.steps.live:
+        if self._live and role is not None:
             try:
                 self.steps.end_role(role)
                 self.steps.begin_role(role)
@@ -91,9 +102,11 @@ class ProfctxCallback(TrainerCallback):  # type: ignore[misc]
                 _failed(exc)
 
     def on_pre_optimizer_step(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                              *, model: Any = None, processing_class: Any = None, optimizer: Any = None,
+                              lr_scheduler: Any = None, train_dataloader: Any = None, eval_dataloader: Any = None,
                               **kwargs: Any) -> None:
-        steps = self.steps
-        if steps.live:
+        if self._live:
+            steps = self.steps
             try:
                 if self.micro_batch_role is not None:
                     steps.end_role(self.micro_batch_role)
@@ -103,16 +116,21 @@ class ProfctxCallback(TrainerCallback):  # type: ignore[misc]
                 _failed(exc)
 
     def on_optimizer_step(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                          *, model: Any = None, processing_class: Any = None, optimizer: Any = None,
+                          lr_scheduler: Any = None, train_dataloader: Any = None, eval_dataloader: Any = None,
                           **kwargs: Any) -> None:
         role = self.optimizer_role
-        if role is not None and self.steps.live:
+        if self._live and role is not None:
             try:
                 self.steps.end_role(role)
             except Exception as exc:  # noqa: BLE001 - never breaks training (re-raised under on_error="raise")
                 _failed(exc)
 
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                    *, model: Any = None, processing_class: Any = None, optimizer: Any = None,
+                    lr_scheduler: Any = None, train_dataloader: Any = None, eval_dataloader: Any = None,
                     **kwargs: Any) -> None:
+        self._live = False
         try:
             self.steps.end()
         except Exception as exc:  # noqa: BLE001 - never breaks training (re-raised under on_error="raise")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,10 +14,14 @@ pytest.importorskip("transformers")
 pytest.importorskip("accelerate")  # the Trainer needs it
 torch = pytest.importorskip("torch")
 
+from transformers import TrainerCallback  # noqa: E402
+
 import profctx  # noqa: E402
+from profctx.analysis import summarize  # noqa: E402
 from profctx.testing import Captured, capture  # noqa: E402
 
 from . import hf_models  # noqa: E402
+from .timers import Stamps, check, least_excess, traces  # noqa: E402
 
 ProfctxCallback = pytest.importorskip("profctx.integrations.transformers").ProfctxCallback
 
@@ -63,8 +69,6 @@ def test_trainer_role_mode_one_capture_per_micro_batch_and_optimizer_step(tmp_pa
 
 
 def test_the_step_is_the_one_the_trainer_logs(tmp_path: Path) -> None:
-    from transformers import TrainerCallback
-
     seen: list[tuple[int | None, tuple[str, ...], int]] = []
 
     class Probe(TrainerCallback):  # type: ignore[misc]
@@ -113,26 +117,97 @@ def _grpo_logs(trainer: Any) -> list[tuple[Any, ...]]:
     return [(h["loss"], h["grad_norm"], h["reward"]) for h in trainer.state.log_history if "loss" in h]
 
 
-def test_grpo_step_mode_and_role_mode_match_an_unprofiled_run(tmp_path: Path) -> None:
+class StepProbe(TrainerCallback):  # type: ignore[misc]
+    """Stamps at the Trainer's step events; one is registered before ``ProfctxCallback`` and one after it."""
+
+    def __init__(self, stamp: Stamps, side: str) -> None:
+        self.stamp = stamp
+        self.side = side
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.stamp(f"step_begin_{self.side}")
+
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.stamp(f"pre_optimizer_step_{self.side}")
+
+    def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.stamp(f"optimizer_step_{self.side}")
+
+
+#: The reward's own time, known in advance: at least this (it sleeps).
+REWARD_S = 0.005
+
+
+def timed_reward(stamp: Stamps) -> Callable[..., list[float]]:
+    """``toy_reward`` that sleeps ``REWARD_S``, timed inside its ``@profiled`` range and around it."""
+
+    @profctx.profiled(role="toy_reward")  # the default is the qualified name (timed_reward.<locals>.toy_reward)
+    def toy_reward(completions: list[str], **kwargs: Any) -> list[float]:
+        stamp("reward")
+        time.sleep(REWARD_S)
+        scores = [float(len(c)) for c in completions]
+        stamp("reward_end")
+        return scores
+
+    @functools.wraps(toy_reward)
+    def around(*args: Any, **kwargs: Any) -> list[float]:
+        stamp("around_reward")
+        try:
+            return toy_reward(*args, **kwargs)
+        finally:
+            stamp("around_reward_end")
+
+    return around
+
+
+def test_grpo_real_traces_and_role_mode_match_an_unprofiled_run_times_agree_with_the_test_timers(
+        tmp_path: Path) -> None:
     bare = _grpo(tmp_path, [], toy_reward)
     bare.train()
-    with capture(steps="2:5", mode="step") as step_caps:
-        stepped = _grpo(tmp_path, [ProfctxCallback()], toy_reward)
-        stepped.train()
+    stamp = Stamps()
+    save = tmp_path / "profiles"
+    profctx.configure(steps="2:5", mode="step", save_path=save, exit_hooks=False, warmup=False)
+    probes = [StepProbe(stamp, "before"), ProfctxCallback(), StepProbe(stamp, "after")]
+    stepped = _grpo(tmp_path, probes, timed_reward(stamp))
+    stepped.train()
+    assert profctx.flush()
+    profctx.reset()
     with capture(steps="2:5", mode="role") as role_caps:
         roles = _grpo(tmp_path, [ProfctxCallback()], toy_reward)
         roles.train()
 
-    assert [(c.steps, c.status) for c in step_caps] == [((s,), "ok") for s in (2, 3, 4)]
-    for c in step_caps:
-        assert c.ranges == ["training_step", "toy_reward", "optimizer_step"]
+    assert len(_grpo_logs(bare)) == 6
+    assert _grpo_logs(stepped) == _grpo_logs(bare) == _grpo_logs(roles)
+    assert all(torch.equal(a, b) for a, b in zip(_params(stepped), _params(bare), strict=True))
     assert sorted((c.steps, c.role) for c in role_caps) == sorted(
         ((s,), role) for s in (2, 3, 4) for role in ("training_step", "optimizer_step"))
     for c in role_caps:
         assert c.ranges == (["toy_reward"] if c.role == "training_step" else [])
-    assert len(_grpo_logs(bare)) == 6
-    assert _grpo_logs(stepped) == _grpo_logs(bare) == _grpo_logs(roles)
-    assert all(torch.equal(a, b) for a, b in zip(_params(stepped), _params(bare), strict=True))
+
+    # Step mode, from the real traces: one capture per step, the callback's roles, the reward inside
+    # training_step; each range agrees with the timers the Probes and the reward took (index: step - 1).
+    figures = traces(save)
+    summary = summarize(save)
+    assert sorted(figures) == [2, 3, 4]
+    excess: dict[str, list[float]] = {"training_step": [], "optimizer_step": [], "toy_reward": []}
+    for step, trace in figures.items():
+        assert set(trace.roles) == {(step, "training_step"), (step, "optimizer_step")}
+        reward = trace.ops[(step, "training_step", "toy_reward")]
+        assert reward[2] == 1 and reward[1] / 1e6 >= REWARD_S
+        at = step - 1
+        training, optimizer = summary.phase(step, "training_step"), summary.phase(step, "optimizer_step")
+        assert training is not None and optimizer is not None
+        excess["training_step"].append(check(
+            "training_step", training.time_s, stamp.span("step_begin_after", "pre_optimizer_step_before", at),
+            stamp.span("step_begin_before", "pre_optimizer_step_after", at)))
+        excess["optimizer_step"].append(check(
+            "optimizer_step", optimizer.time_s, stamp.span("pre_optimizer_step_after", "optimizer_step_before", at),
+            stamp.span("pre_optimizer_step_before", "optimizer_step_after", at)))
+        excess["toy_reward"].append(check(
+            "toy_reward", reward[1] / 1e6, stamp.span("reward", "reward_end", at),
+            stamp.span("around_reward", "around_reward_end", at)))
+    for what, values in excess.items():
+        least_excess(what, values)
 
 
 def test_grpo_the_reward_phase_alone_in_role_mode(tmp_path: Path) -> None:
