@@ -16,7 +16,8 @@ the nearest step marker above (for a role without one, the marker it lies in); a
 that of the direct children.
 
 Sums are taken in the events' sorted order, one thread at a time, starting from zero: the loop and
-:func:`numpy.bincount` add the same numbers in the same order, so the figures agree exactly.
+:func:`numpy.bincount` add the same numbers in the same order, so the figures agree exactly; the
+figures' keys come in one order (by step, then name) whichever computed them.
 """
 
 from __future__ import annotations
@@ -145,7 +146,7 @@ def nest_loop(ts: Sequence[float], dur: Sequence[float], name: Sequence[int], ki
             slot[0] += length - child[i]
             slot[1] += length
             slot[2] += 1
-    return ops, roles
+    return _ordered(ops), _ordered(roles)
 
 
 def nest_vectorised(ts: Any, dur: Any, name: Any, kind: Any, names: list[str], kinds: bytes | bytearray,
@@ -159,35 +160,47 @@ def nest_vectorised(ts: Any, dur: Any, name: Any, kind: Any, names: list[str], k
     d = np.asarray(dur, dtype=np.float64)
     nm = np.asarray(name, dtype=np.int64)
     k = np.asarray(kind, dtype=np.uint8)
+    # Positions as int32 where they fit: a thread's arrays are most of the memory a trace takes.
+    small = np.int32 if len(t) < (1 << 31) - 1 else np.int64
     n = len(t)
     if n == 0:
         return {}, {}
     if (t[:-1] > t[1:]).any():
         order = np.lexsort((-d, t))  # stable: by start, the longer first, then file order
         t, d, nm, k = t[order], d[order], nm[order], k[order]
-    index = np.arange(n)
+    end = t + d
     # The first event whose start (+1 ns) reaches each event's end: from there on it is closed.
-    closed = np.searchsorted(t + 1e-3, t + d, side="left")
-    np.maximum(closed, index + 1, out=closed)
-    parent = _parents(closed.astype(np.int32) if n < (1 << 31) - 1 else closed)
+    closed = np.searchsorted(t + 1e-3, end, side="left").astype(small)
+    np.maximum(closed, np.arange(1, n + 1, dtype=small), out=closed)
+    parent = _parents(closed, end)
+    del closed, end
+    if parent is None:  # events that overlap without nesting: the loop takes the thread
+        return nest_loop(ts, dur, name, kind, names, kinds, marks, marked)
     # What each event is. Arrays one longer than the events: index n stands for "none" (no parent).
-    up = np.where(parent < 0, n, parent)
-    what = np.append(np.frombuffer(bytes(kinds), dtype=np.uint8)[nm] * (k != 0), 0)
-    named_role = what == ROLE
-    outer = _nearest(up, named_role)
-    role = named_role.copy()
-    role[:n] &= outer[up] == n  # a role: the outermost range named as one
-    operator = np.append(k == 0, False) | (what == OP)
-    if marked:
-        operator |= named_role & ~role
-    mark = what == MARK
-    role_of = _nearest(up, role)
-    step_from = _nearest(up, mark | role)
-    cover_from = _nearest(up, operator | role)
+    up = np.where(parent < 0, small(n), parent).astype(small)
+    if k.any():
+        what = np.append(np.frombuffer(bytes(kinds), dtype=np.uint8)[nm] * (k != 0), 0)
+        named_role = what == ROLE
+        outer = _nearest(up, named_role)
+        role = named_role.copy()
+        role[:n] &= outer[up] == n  # a role: the outermost range named as one
+        del outer
+        operator = np.append(k == 0, False) | (what == OP)
+        if marked:
+            operator |= named_role & ~role
+        mark = what == MARK
+        del what, named_role
+        role_of = _nearest(up, role)
+        step_from = _nearest(up, mark | role)
+        cover_from = _nearest(up, operator | role)
+    else:  # operators only: in no role and no step
+        role = mark = np.zeros(n + 1, dtype=bool)
+        operator = np.append(np.ones(n, dtype=bool), False)
+        role_of = step_from = cover_from = np.full(n + 1, n, dtype=small)
     # Steps as indexes into a list (a marker's number may be any integer, None is "no step").
     steps: list[int | None] = [None]
     seen: dict[int | None, int] = {None: 0}
-    step_id = np.zeros(n + 1, dtype=np.int64)
+    step_id = np.zeros(n + 1, dtype=small)
 
     def number(value: int | None) -> int:
         at = seen.get(value)
@@ -209,39 +222,53 @@ def nest_vectorised(ts: Any, dur: Any, name: Any, kind: Any, names: list[str], k
     step = step_id[step_from]  # per event: the step of its nearest marker or role (0: none)
     # Roles: totals, counts, and the time of the operators directly under them.
     roles: Roles = {}
+    ops_at = np.flatnonzero(operator[:n])
+    count_names = len(names)
     if roles_at.size:
-        group, first = _groups(step[roles_at] * (len(names) + 1) + nm[roles_at])
-        count = len(first)
+        group, one = _groups(step[roles_at].astype(np.int64) * count_names + nm[roles_at], len(steps) * count_names)
+        count = len(one)
         totals = np.bincount(group, weights=d[roles_at], minlength=count).tolist()
         counts = np.bincount(group, minlength=count).tolist()
         of_role = np.full(n + 1, -1, dtype=np.int64)
         of_role[roles_at] = group
-        ops_at = np.flatnonzero(operator[:n])
         direct = ops_at[role[cover_from[up[ops_at]]] & (role_of[ops_at] != n)]
         covered = np.bincount(of_role[role_of[direct]], weights=d[direct], minlength=count).tolist()
-        for g in np.argsort(first, kind="stable").tolist():
-            j = int(roles_at[first[g]])
+        for g, j in enumerate(roles_at[one].tolist()):
             roles[(steps[int(step[j])], names[int(nm[j])])] = [totals[g], counts[g], covered[g]]
     # Operators: self time (duration less the direct children's, summed in order), per step, role and name.
     ops: Ops = {}
-    ops_at = np.flatnonzero(operator[:n])
     if ops_at.size:
         has = parent >= 0
         child = np.bincount(parent[has], weights=d[has], minlength=n)
-        outer_name = np.append(nm, -1)[role_of[ops_at]]  # -1: in no role
-        pair, _ = _groups(step[ops_at] * (len(names) + 1) + outer_name + 1)
-        group, first = _groups(pair * len(names) + nm[ops_at])
-        count = len(first)
+        # The role an operator ran in, by name, numbered 1.. (0: none).
+        role_names = np.unique(nm[roles_at])
+        numbered = np.zeros(count_names + 1, dtype=np.int64)
+        numbered[role_names + 1] = np.arange(1, len(role_names) + 1)
+        outer = numbered[np.append(nm, -1)[role_of[ops_at]] + 1]
+        space = len(steps) * (len(role_names) + 1) * count_names
+        if space < 1 << 62:
+            group, one = _groups((step[ops_at].astype(np.int64) * (len(role_names) + 1) + outer) * count_names
+                                 + nm[ops_at], space)
+        else:  # pragma: no cover - more steps, roles and names than any trace holds
+            pair, _ = _groups(step[ops_at].astype(np.int64) * (len(role_names) + 1) + outer, space)
+            group, one = _groups(pair * count_names + nm[ops_at], space)
+        count = len(one)
         lengths = d[ops_at]
         selfs = np.bincount(group, weights=lengths - child[ops_at], minlength=count).tolist()
         totals = np.bincount(group, weights=lengths, minlength=count).tolist()
         counts = np.bincount(group, minlength=count).tolist()
-        for g in np.argsort(first, kind="stable").tolist():
-            i = int(ops_at[first[g]])
+        for g, i in enumerate(ops_at[one].tolist()):
             outer_at = int(role_of[i])
             key = (steps[int(step[i])], None if outer_at == n else names[int(nm[outer_at])], names[int(nm[i])])
             ops[key] = [selfs[g], totals[g], counts[g]]
-    return ops, roles
+    return _ordered(ops), _ordered(roles)
+
+
+def _ordered(table: dict[Any, list[Any]]) -> dict[Any, list[Any]]:
+    """Return ``table`` with its keys in one order whatever computed it: by step (none first), then by the
+    names (a missing role first)."""
+    return dict(sorted(table.items(), key=lambda item: tuple((part is not None, part or 0 if type(part) is not str
+                                                                else part) for part in item[0])))
 
 
 def _marker(text: str) -> int | None:
@@ -249,35 +276,34 @@ def _marker(text: str) -> int | None:
     return int(found[1]) if found else None
 
 
-def _parents(closed: Any) -> Any:
-    """Return each event's parent (``-1``: none), the largest ``j < i`` with ``closed[j] > i``.
+def _parents(closed: Any, end: Any) -> Any:
+    """Return each event's parent (``-1``: none), the largest ``j < i`` with ``closed[j] > i``, or ``None``
+    when some event ends after its parent (see below). ``closed[j] > j`` for every ``j``.
 
-    ``closed[j] > j`` for every ``j``. Most events are the first child of the one before; the rest
-    bisect a table of range maxima of ``closed`` (``log2 n`` levels) for the run of closed events
-    before them.
+    An event's depth is how many earlier events are open at its start: ``i`` less the events closed by
+    then, counted with one :func:`numpy.bincount`. While every event ends within its parent, the open
+    events form one chain and the parent is the last earlier event one level up, found for all events
+    by one bisection over the events sorted by depth. That condition is checked on the parents found
+    (by induction it makes each of them exact); when it fails the caller takes the loop.
     """
     np = _np
     assert np is not None
     n = len(closed)
-    index = np.arange(n)
-    parent = np.full(n, -1, dtype=np.int64)
-    parent[1:] = np.where(closed[:-1] > index[1:], index[:-1], -1)
-    rest = np.flatnonzero(parent[1:] < 0) + 1
-    if not rest.size:
+    shut = np.cumsum(np.bincount(closed, minlength=n + 1))[:n]  # events closed by each position
+    depth = (np.arange(n, dtype=closed.dtype) - shut).astype(closed.dtype)
+    del shut
+    nested = np.flatnonzero(depth)
+    parent = np.full(n, -1, dtype=closed.dtype)
+    if not nested.size:
         return parent
-    levels = [closed]  # levels[k][j]: the largest of closed[j : j + 2**k]
-    span = 1
-    while 2 * span <= n:
-        below = levels[-1]
-        levels.append(np.maximum(below[:-span], below[span:]))
-        span *= 2
-    start = rest - 1  # every event in [start, i) is closed at i
-    for level in range(len(levels) - 1, -1, -1):
-        before = start - (1 << level)
-        fits = before >= 0
-        shut = levels[level][np.maximum(before, 0)] <= rest
-        start = np.where(fits & shut, before, start)
-    parent[rest] = start - 1
+    by_depth = np.argsort(depth, kind="stable")
+    ranked = depth[by_depth].astype(np.int64) * n + by_depth  # ascending: by depth, then by position
+    found = by_depth[np.searchsorted(ranked, (depth[nested].astype(np.int64) - 1) * n + nested) - 1]
+    del ranked, by_depth
+    if not ((closed[found] > nested).all() and (depth[found] == depth[nested] - 1).all()
+            and (end[nested] <= end[found]).all()):
+        return None
+    parent[nested] = found
     return parent
 
 
@@ -290,7 +316,9 @@ def _nearest(up: Any, chosen: Any) -> Any:
     np = _np
     assert np is not None
     n = len(up)
-    at = np.append(np.where(chosen[:n], np.arange(n), up), n)
+    at = np.empty(n + 1, dtype=up.dtype)
+    at[:n] = np.where(chosen[:n], np.arange(n, dtype=up.dtype), up)
+    at[n] = n
     while True:
         ahead = at[at]
         if np.array_equal(ahead, at):
@@ -298,9 +326,18 @@ def _nearest(up: Any, chosen: Any) -> Any:
         at = ahead
 
 
-def _groups(key: Any) -> tuple[Any, Any]:
-    """Return, for integer keys, each one's group and each group's first position (groups in key order)."""
+def _groups(key: Any, space: int) -> tuple[Any, Any]:
+    """Return, for non-negative integer keys below ``space``, each one's group (numbered in key order) and
+    one position in each group."""
     np = _np
     assert np is not None
-    _, first, group = np.unique(key, return_index=True, return_inverse=True)
-    return group.reshape(-1), first
+    if space <= max(4 * len(key), 1 << 16):  # a small space: counted directly, no sort
+        present = np.flatnonzero(np.bincount(key, minlength=space))
+        number = np.zeros(space, dtype=np.int64)
+        number[present] = np.arange(len(present))
+        group = number[key]
+        one = np.zeros(len(present), dtype=np.int64)
+        one[group] = np.arange(len(key))
+        return group, one
+    _, one, group = np.unique(key, return_index=True, return_inverse=True)
+    return group.reshape(-1), one
