@@ -1,10 +1,19 @@
 """Integrations (issue 24): what the begin/end form and the framework adapters cost per step out of the window.
 
 The contract: per step outside the window, the Hugging Face callback and the Lightning profiler
-cost no more than one ``with profile_step(step)`` block. Each is timed here as the calls its
-framework makes in one training step (the callback's four events with gradient accumulation 1;
-the profiler's start/stop pairs of one automatic-optimisation batch), against that block, in
-alternation, in one run.
+cost no more than one ``with profile_step(step)`` block, against the same training step without
+them. Timed here, in alternation with that block, in one run:
+
+- ``profctx.Steps``: the marks the adapters make;
+- the callback: its events of one step (gradient accumulation 1), called with the arguments the
+  ``Trainer`` passes, and through the ``Trainer``'s own ``CallbackHandler`` against the same handler
+  without it and with a callback that does nothing (what the ``Trainer`` spends on any callback);
+- the Lightning profiler: one real training batch's actions, recorded from a real ``fit()`` of a
+  default ``Trainer`` (its callbacks included) and replayed as the nested ``with
+  profiler.profile(action)`` blocks Lightning runs, against Lightning's default profiler
+  (``PassThroughProfiler``, what a ``Trainer`` without ``profiler=`` calls). The replay steps
+  the Trainer's optimizer-step count once per batch, as the optimizer does, so each batch is a
+  new step read from the real ``trainer.global_step``.
 
 Run by hand: ``python benchmarks/bench_integrations.py [--quick]``. Prints a Markdown table;
 absolute times drift on shared machines, ratios taken in one run do not.
@@ -13,36 +22,84 @@ absolute times drift on shared machines, ratios taken in one run do not.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import tempfile
 import time
 import timeit
+import weakref
 from typing import Any
 
 import profctx
 
-#: The start/stop actions of one Lightning training batch (automatic optimisation), in order.
-LIGHTNING_BATCH = [
-    ("start", "run_training_batch"), ("start", "[LightningModule]Net.optimizer_step"),
-    ("start", "[Strategy]SingleDeviceStrategy.training_step"), ("stop", "[Strategy]SingleDeviceStrategy.training_step"),
-    ("start", "[LightningModule]Net.optimizer_zero_grad"), ("stop", "[LightningModule]Net.optimizer_zero_grad"),
-    ("start", "[Strategy]SingleDeviceStrategy.backward"), ("start", "[LightningModule]Net.on_before_backward"),
-    ("stop", "[LightningModule]Net.on_before_backward"), ("stop", "[Strategy]SingleDeviceStrategy.backward"),
-    ("stop", "[LightningModule]Net.optimizer_step"), ("stop", "run_training_batch"),
-]
+#: One row: what, its ns per step, the ns of the same step without it (``None``: compared with nothing).
+Row = tuple[str, float, float | None]
 
 
 def per_call_ns(stmt: str, env: dict[str, Any], number: int) -> float:
     return min(timeit.repeat(stmt, number=number, repeat=1, globals=env, timer=time.thread_time)) / number * 1e9
 
 
-def paired(stmt: str, base: str, env: dict[str, Any], number: int, rounds: int) -> tuple[float, float]:
-    """Best per-step ns of ``stmt`` and of ``base``, timed in alternation (the same quiet moments)."""
-    best = best_base = float("inf")
+def timed(stmts: dict[str, str], env: dict[str, Any], number: int, rounds: int) -> dict[str, float]:
+    """Best per-call ns of each statement, all timed in alternation (the same quiet moments)."""
+    best = dict.fromkeys(stmts, float("inf"))
     for _ in range(rounds):
-        best_base = min(best_base, per_call_ns(base, env, number))
-        best = min(best, per_call_ns(stmt, env, number))
-    return best, best_base
+        for name, stmt in stmts.items():
+            best[name] = min(best[name], per_call_ns(stmt, env, number))
+    return best
+
+
+def lightning_batch(tmp: str) -> tuple[list[tuple[str, str]], Any, Any]:
+    """The actions of one training batch of a real default ``Trainer.fit``, with its module and trainer."""
+    import torch
+    from lightning.pytorch import LightningModule, Trainer
+    from lightning.pytorch.profilers import Profiler
+
+    logging.getLogger("lightning").setLevel(logging.ERROR)
+    log: list[tuple[str, str]] = []
+
+    class Recorder(Profiler):  # type: ignore[misc]
+        def start(self, action_name: str) -> None:
+            log.append(("start", action_name))
+
+        def stop(self, action_name: str) -> None:
+            log.append(("stop", action_name))
+
+    class Net(LightningModule):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 1)
+
+        def training_step(self, batch: Any, index: int) -> Any:
+            return self.layer(batch[0]).pow(2).mean()
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    net = Net()
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(16, 4)), batch_size=2)
+    trainer = Trainer(max_steps=3, profiler=Recorder(), accelerator="cpu", logger=False, default_root_dir=tmp,
+                        enable_progress_bar=True)
+    trainer.fit(net, data)
+    begun = [i for i, entry in enumerate(log) if entry == ("start", "run_training_batch")]
+    return log[begun[1]:begun[2]], net, trainer  # the second batch to the third: one batch and what runs between
+
+
+def replay_source(actions: list[tuple[str, str]]) -> str:
+    """A function running ``actions`` as nested ``with p.profile(name):`` blocks (``tick()`` in the optimizer step)."""
+    lines = ["def batch(p, tick):"]
+    depth = 1
+    for kind, name in actions:
+        if kind == "start":
+            lines.append("    " * depth + f"with p.profile({name!r}):")
+            depth += 1
+            if name.endswith(".optimizer_step"):
+                lines.append("    " * depth + "tick()")
+        else:
+            lines.append("    " * depth + "pass")
+            depth -= 1
+    assert depth == 1, "the recorded actions do not nest"
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -53,56 +110,91 @@ def main() -> None:
 
     profctx.configure(steps="1000000:1000002", tool="noop", save_path=tempfile.mkdtemp(prefix="profctx-bench-"),
                       exit_hooks=False, warmup=False)
-    env: dict[str, Any] = {"profctx": profctx, "steps": profctx.Steps(), "n": 0}
-    rows: list[tuple[str, float, float]] = []
-    base = "with profctx.profile_step(3): pass"
+    env: dict[str, Any] = {"profctx": profctx, "steps": profctx.Steps()}
+    block = "with profctx.profile_step(3): pass"
+    rows: list[Row] = []
+    blocks: list[float] = []
 
-    rows.append(("Steps.begin(3); Steps.end()", *paired("steps.begin(3); steps.end()", base, env, number, rounds)))
-    rows.append(("Steps: step + two roles (the callback's marks)", *paired(
-        "steps.begin(3); steps.begin_role('training_step'); steps.end_role('training_step'); "
-        "steps.begin_role('optimizer_step'); steps.end_role('optimizer_step'); steps.end()",
-        base, env, number, rounds)))
+    got = timed({"block": block, "pair": "steps.begin(3); steps.end()",
+                 "roles": "steps.begin(3); steps.begin_role('training_step'); steps.end_role('training_step'); "
+                          "steps.begin_role('optimizer_step'); steps.end_role('optimizer_step'); steps.end()"},
+                env, number, rounds)
+    blocks.append(got["block"])
+    rows += [("`profctx.Steps`: begin and end", got["pair"], None),
+             ("`profctx.Steps`: a step and two roles (the callback's marks)", got["roles"], None)]
 
     try:
-        from transformers import TrainerControl, TrainerState, TrainingArguments
+        from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+        from transformers.trainer_callback import CallbackHandler, DefaultFlowCallback
 
         from profctx.integrations.transformers import ProfctxCallback
     except ImportError:
-        print("transformers not installed: the callback's row is left out", file=sys.stderr)
+        print("transformers not installed: the callback's rows are left out", file=sys.stderr)
     else:
-        env.update(cb=ProfctxCallback(), state=TrainerState(global_step=2), control=TrainerControl(),
-                   args=TrainingArguments(output_dir=tempfile.mkdtemp(), report_to=[], use_cpu=True))
-        rows.append(("ProfctxCallback: one step's four events", *paired(
-            "cb.on_step_begin(args, state, control); cb.on_pre_optimizer_step(args, state, control); "
-            "cb.on_optimizer_step(args, state, control); cb.on_step_end(args, state, control)",
-            base, env, number, rounds)))
+        events = ("on_step_begin", "on_pre_optimizer_step", "on_optimizer_step", "on_step_end")
+        #: What the Trainer's handler passes to every callback at every event.
+        keywords = ", ".join(f"{name}=None" for name in ("model", "processing_class", "optimizer", "lr_scheduler",
+                                                          "train_dataloader", "eval_dataloader"))
+        callback = ProfctxCallback()
+        env.update(cb=callback, state=TrainerState(global_step=2), control=TrainerControl(),
+                   args=TrainingArguments(output_dir=tempfile.mkdtemp(), report_to=[], use_cpu=True),
+                   bare=CallbackHandler([DefaultFlowCallback], None, None, None, None),
+                   with_cb=CallbackHandler([DefaultFlowCallback, callback], None, None, None, None),
+                   with_idle=CallbackHandler([DefaultFlowCallback, TrainerCallback()], None, None, None, None))
+        got = timed({"block": block,
+                     "direct": "; ".join(f"cb.{e}(args, state, control, {keywords})" for e in events),
+                     "bare": "; ".join(f"bare.{e}(args, state, control)" for e in events),
+                     "handled": "; ".join(f"with_cb.{e}(args, state, control)" for e in events),
+                     "idle": "; ".join(f"with_idle.{e}(args, state, control)" for e in events)},
+                    env, number, rounds)
+        blocks.append(got["block"])
+        rows += [("`ProfctxCallback`: one step's four events, called as the `Trainer`'s handler calls them",
+                  got["direct"], None),
+                 ("`ProfctxCallback` through the `Trainer`'s `CallbackHandler`", got["handled"], got["bare"]),
+                 ("a `TrainerCallback` that does nothing, through the same handler (the `Trainer`'s dispatch)",
+                  got["idle"], got["bare"]),
+                 ("`ProfctxCallback` through the handler, over the callback that does nothing", got["handled"],
+                  got["idle"])]
 
     try:
+        from lightning.pytorch.profilers import PassThroughProfiler, SimpleProfiler
+
         from profctx.integrations.lightning import ProfctxProfiler
     except ImportError:
-        print("lightning not installed: the profiler's row is left out", file=sys.stderr)
+        print("lightning not installed: the profiler's rows are left out", file=sys.stderr)
     else:
-        for with_summary in (True, False):
-            profiler = ProfctxProfiler(summary=with_summary)
+        actions, net, trainer = lightning_batch(tempfile.mkdtemp(prefix="profctx-bench-fit-"))
+        namespace: dict[str, Any] = {}
+        exec(compile(replay_source(actions), "<batch>", "exec"), namespace)  # nested with-blocks, from replay_source
+        progress = trainer.fit_loop.epoch_loop.automatic_optimization.optim_progress.optimizer.step
+        env.update(batch=namespace["batch"], tick=progress.increment_completed)
+        stmts = {"block": block}
+        for name, profiler in (("none", PassThroughProfiler()), ("profctx", ProfctxProfiler(summary=False)),
+                               ("profctx+summary", ProfctxProfiler(summary=True)), ("simple", SimpleProfiler())):
+            profiler._lightning_module = weakref.proxy(net)  # as the Trainer does before setup
             profiler.setup("fit")
-            env["profiler"] = profiler
-            stmt = "; ".join(f"profiler.{kind}({name!r})" for kind, name in LIGHTNING_BATCH)
-            rows.append((f"ProfctxProfiler (summary={with_summary}): one batch's {len(LIGHTNING_BATCH) // 2} "
-                         "start/stop pairs", *paired(stmt, base, env, number // 4, rounds)))
+            key = "profiler_" + name.replace("+", "_")
+            env[key] = profiler
+            stmts[name] = f"batch({key}, tick)"
+        got = timed(stmts, env, max(number // 20, 50), rounds)
+        blocks.append(got["block"])
+        pairs = len(actions) // 2
+        rows += [(f"`ProfctxProfiler(summary=False)`: one batch ({pairs} actions)", got["profctx"], got["none"]),
+                 (f"`ProfctxProfiler()` (with its summary): one batch ({pairs} actions)", got["profctx+summary"],
+                  got["none"]),
+                 ("Lightning's own `SimpleProfiler` on the same batch, for comparison", got["simple"], got["none"]),
+                 ("Lightning's default `PassThroughProfiler` (a `Trainer` without `profiler=`)", got["none"], None)]
 
-        from lightning.pytorch.profilers import SimpleProfiler
-
-        simple = SimpleProfiler()
-        simple.setup("fit")
-        env["simple"] = simple
-        stmt = "; ".join(f"simple.{kind}({name!r})" for kind, name in LIGHTNING_BATCH)
-        rows.append(("Lightning's own SimpleProfiler (its summary), the same pairs, for comparison",
-                     *paired(stmt, base, env, number // 4, rounds)))
-
-    print("| per step, out of the window | ns | one `with profile_step` block, ns | ratio |")
-    print("|---|---:|---:|---:|")
-    for name, value, block in rows:
-        print(f"| {name} | {value:.0f} | {block:.0f} | {value / block:.2f} |")
+    one = min(blocks)
+    print(f"One `with profile_step` block out of the window: {one:.0f} ns (best of {len(blocks)} series).\n")
+    print("| per step, out of the window | ns | without it, ns | added, ns | added, x one block | all, x one block |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, value, without in rows:
+        if without is None:
+            print(f"| {name} | {value:.0f} | | | | {value / one:.2f} |")
+        else:
+            print(f"| {name} | {value:.0f} | {without:.0f} | {value - without:.0f} | {(value - without) / one:.2f} "
+                  f"| {value / one:.2f} |")
     profctx.reset()
 
 
