@@ -12,7 +12,8 @@ of the children it waited for: a process pool's workers count):
   parse alone, as the child measures them with ``time.process_time``);
 - ``profctx summary --json`` and ``profctx report``, as installed (by default), with one process
   (``--jobs 1``, when the command has that option), and with the optional fast paths hidden
-  (isal and msgspec made unimportable: what a bare install does);
+  (``--bare``: isal and msgspec made unimportable, what a bare install does; and numpy too, which
+  the nesting pass uses when installed);
 - peak RSS (of the largest process: with a pool, per worker) against the largest trace's JSON,
   on the run and on the run with the bomb.
 
@@ -85,8 +86,8 @@ for path in sys.argv[1:]:
 print(inflate, parse)
 """
 
-#: Run the CLI with the optional fast paths unimportable (a bare install).
-_BARE = "import sys; sys.modules['isal'] = None; sys.modules['msgspec'] = None; from profctx.cli import main; " \
+#: Run the CLI with the optional fast paths unimportable (a bare install; numpy too for the ``NUMPY`` variant).
+_BARE = "import sys; sys.modules['isal'] = None; sys.modules['msgspec'] = None; NUMPY; from profctx.cli import main; " \
         "sys.argv[0] = 'profctx'; sys.exit(main())"
 
 
@@ -254,7 +255,10 @@ def main() -> None:
         if jobs:
             results[f"{label} --jobs 1"] = measure([py, "-m", "profctx", *argv, "--jobs", "1"], args.repeat, env)
         if args.bare:
-            results[f"{label}, no isal/msgspec"] = measure([py, "-c", _BARE, *argv], args.repeat, env)
+            results[f"{label}, no isal/msgspec"] = measure([py, "-c", _BARE.replace("NUMPY", "pass"), *argv],
+                                                           args.repeat, env)
+            results[f"{label}, no isal/msgspec/numpy"] = measure(
+                [py, "-c", _BARE.replace("NUMPY", "sys.modules['numpy'] = None"), *argv], args.repeat, env)
         if args.old:
             results[f"{label}, --old checkout"] = measure([py, "-m", "profctx", *argv], args.repeat,
                                                           {**os.environ, "PYTHONPATH": args.old})
@@ -267,7 +271,19 @@ def main() -> None:
         results["summary, one trace a gzip bomb"] = bombed
     large_mb = None
     if args.large_mb:
-        large_mb = add_large(run, folder / "large", args.large_mb)
+        # Made in a child: a child's peak RSS as wait4 reads it starts from its parent's at the fork, so this
+        # process must not hold the trace's JSON (it made every later figure read about 157 MB).
+        maker = os.fork()
+        if maker == 0:
+            code = 1
+            try:
+                add_large(run, folder / "large", args.large_mb)
+                code = 0
+            finally:
+                os._exit(code)
+        if os.waitpid(maker, 0)[1] != 0:
+            raise RuntimeError("making the large trace failed")
+        large_mb = json_size(sorted((folder / "large").rglob("*.pt.trace.json.gz"))[0])
         results[f"summary, one trace of {large_mb:.0f} MB"] = measure(
             [py, "-m", "profctx", "summary", str(folder / "large"), "--json", "--no-progress"], 1, env)
     floor_cpu = floor["cpu"]

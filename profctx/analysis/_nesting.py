@@ -15,9 +15,10 @@ the nearest step marker above (for a role without one, the marker it lies in); a
 *covered* time of its role when no other operator lies between them. Self time is duration less
 that of the direct children.
 
-Sums are taken in the events' sorted order, one thread at a time, starting from zero: the loop and
-:func:`numpy.bincount` add the same numbers in the same order, so the figures agree exactly; the
-figures' keys come in one order (by step, then name) whichever computed them.
+Sums are taken one thread at a time, starting from zero, in the order the loop takes them (a role's
+at its start, an operator's when the stack closes it): the loop and :func:`numpy.bincount` add the
+same numbers in the same order, so the figures agree exactly; the figures' keys come in one order
+(by step, then name) whichever computed them.
 """
 
 from __future__ import annotations
@@ -90,22 +91,37 @@ def nest_loop(ts: Sequence[float], dur: Sequence[float], name: Sequence[int], ki
         # By start, the longer first at one start: two stable sorts with keys read in C, not a key tuple
         # per event (which took five times the memory of the events' figures).
         order = sorted(sorted(range(n), key=dur.__getitem__, reverse=True), key=ts.__getitem__)
-    child = [0.0] * n
+    ops: Ops = {}
     roles: Roles = {}
-    taken: list[tuple[int, Any, Any]] = []  # operators in sorted order: (index, step, role)
-    # Stack entries: [end, index, role key (step, name) or None, step, covered by an operator].
+    # Stack entries: [end, index, child time, role key (step, name) or None, step, covered by an operator,
+    # is an operator].
     stack: list[list[Any]] = []
+
+    def close(entry: list[Any]) -> None:
+        j = entry[1]
+        role = entry[3]
+        key = (entry[4], None if role is None else role[1], names[name[j]])
+        slot = ops.get(key)
+        if slot is None:
+            ops[key] = [dur[j] - entry[2], dur[j], 1]
+        else:
+            slot[0] += dur[j] - entry[2]
+            slot[1] += dur[j]
+            slot[2] += 1
+
     for i in order:
         start = ts[i]
         length = dur[i]
         # 1 ns of slack: torch rounds times to ns, so a sibling may seem to start inside the previous one.
         limit = start + 1e-3
         while stack and stack[-1][0] <= limit:
-            stack.pop()
+            entry = stack.pop()
+            if entry[6]:
+                close(entry)
         if stack:
             parent = stack[-1]
-            child[parent[1]] += length
-            role, step, covered = parent[2], parent[3], parent[4]
+            parent[2] += length
+            role, step, covered = parent[3], parent[4], parent[5]
         else:
             role = step = None
             covered = False
@@ -121,31 +137,23 @@ def nest_loop(ts: Sequence[float], dur: Sequence[float], name: Sequence[int], ki
                 else:
                     slot[0] += length
                     slot[1] += 1
-                stack.append([start + length, i, role, step, False])
+                stack.append([start + length, i, 0.0, role, step, False, False])
                 continue
             if not marked:  # a role range inside a role, in a trace that lists none: left out
-                stack.append([start + length, i, role, step, covered])
+                stack.append([start + length, i, 0.0, role, step, covered, False])
                 continue
             what = OP  # a role range inside a role of a listed trace: an operator of the outer role
         if what == OP:
             if role is not None and not covered:
                 roles[role][2] += length
-            taken.append((i, step, role))
-            stack.append([start + length, i, role, step, True])
+            stack.append([start + length, i, 0.0, role, step, True, True])
         else:  # a step marker
             found = STEP_MARKER.fullmatch(names[name[i]])
-            stack.append([start + length, i, role, int(found[1]) if found else step, covered])
-    ops: Ops = {}
-    for i, step, role in taken:
-        key = (step, None if role is None else role[1], names[name[i]])
-        length = dur[i]
-        slot = ops.get(key)
-        if slot is None:
-            ops[key] = [length - child[i], length, 1]
-        else:
-            slot[0] += length - child[i]
-            slot[1] += length
-            slot[2] += 1
+            stack.append([start + length, i, 0.0, role, int(found[1]) if found else step, covered, False])
+    while stack:
+        entry = stack.pop()
+        if entry[6]:
+            close(entry)
     return _ordered(ops), _ordered(roles)
 
 
@@ -173,7 +181,7 @@ def nest_vectorised(ts: Any, dur: Any, name: Any, kind: Any, names: list[str], k
     closed = np.searchsorted(t + 1e-3, end, side="left").astype(small)
     np.maximum(closed, np.arange(1, n + 1, dtype=small), out=closed)
     parent = _parents(closed, end)
-    del closed, end
+    del end
     if parent is None:  # events that overlap without nesting: the loop takes the thread
         return nest_loop(ts, dur, name, kind, names, kinds, marks, marked)
     # What each event is. Arrays one longer than the events: index n stands for "none" (no parent).
@@ -240,6 +248,8 @@ def nest_vectorised(ts: Any, dur: Any, name: Any, kind: Any, names: list[str], k
     if ops_at.size:
         has = parent >= 0
         child = np.bincount(parent[has], weights=d[has], minlength=n)
+        # Summed in the order the stack closes them: by the event that closes them, the deeper first.
+        ops_at = ops_at[np.argsort(closed[ops_at].astype(np.int64) * (n + 1) + (n - ops_at))]
         # The role an operator ran in, by name, numbered 1.. (0: none).
         role_names = np.unique(nm[roles_at])
         numbered = np.zeros(count_names + 1, dtype=np.int64)
