@@ -42,10 +42,14 @@ def test_a_process_that_cannot_capture_never_imports_the_backend(tmp_path: Path)
 UNSELECTED_TOOLS = """
     import sys, profctx
     for tool in ("nsys", "torch_memory", "npu", "torch"):
-        profctx.configure(steps=[1], ranks=[1], rank=0, save_path=sys.argv[1], tool=tool)
+        profctx.configure(steps=[1], ranks=[1], rank=0, save_path=sys.argv[1], tool=tool)  # an unselected rank
         with profctx.profile_step(1), profctx.profile_step(role="update"):
             pass
         assert profctx.get_config().tool == tool
+        # A driver whose own rank the config does not name, profiling only a group: checked in full, not imported.
+        profctx.configure(steps=[1], ranks={"actor": [0]}, save_path=sys.argv[1], tool=tool)
+        with profctx.profile_step(1):
+            pass
     profctx.reset()
     print(sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "torch_npu", "nvtx")))
 """
@@ -77,7 +81,7 @@ CPU_ONLY_REFUSAL = """
     import sys, profctx
     for tool in ("nsys", "torch_memory"):
         try:
-            profctx.configure(steps=[1], ranks=[1], rank=0, save_path=sys.argv[1], tool=tool)
+            profctx.configure(steps=[1], ranks=[0], rank=0, save_path=sys.argv[1], tool=tool)
         except profctx.ConfigError as exc:
             print(tool, exc.field, "CPU-only" in str(exc))
     print(sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "nvtx")))

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import ast
 import contextlib
-import importlib.metadata
+import importlib
 import importlib.util
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -79,6 +78,17 @@ def check_config(backend_cls: type[Any], config: ProfilerConfig) -> None:
         check(config)
 
 
+def named_unselected(config: ProfilerConfig) -> bool:
+    """Whether ``config`` names this process (its ``rank``, and ``group`` if any) as one that never captures.
+
+    Such a process (a group member the driver's selection leaves out) needs no device profiler:
+    a backend's ``check_config`` skips its environment checks there (is the tool installed, can
+    it record) and checks only the values. Where the rank is not in the config it is not known
+    yet, and everything is checked.
+    """
+    return config.rank is not None and not config.selects(config.group, config.rank)
+
+
 def installed(module: str) -> bool:
     """Whether ``module`` can be imported, found without importing it (or its parent package's code)."""
     if module in sys.modules:
@@ -113,6 +123,8 @@ def torch_version() -> str:
     torch = sys.modules.get("torch")
     if torch is not None:
         return str(getattr(torch, "__version__", "?"))
+    import importlib.metadata  # tens of milliseconds: only for the message of a refused config
+
     try:
         return importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
@@ -120,6 +132,8 @@ def torch_version() -> str:
 
 
 def _built_from_version_file() -> bool | None:
+    import ast  # only the nsys and torch_memory checks read the file
+
     try:
         spec = importlib.util.find_spec("torch")
     except (ImportError, ValueError):

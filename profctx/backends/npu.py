@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 from ..core._layout import safe
 from ..util._errors import ConfigError, one_of
 from ..util._log import warn_once
-from ._base import CaptureSpec, Finish, installed
+from ._base import CaptureSpec, Finish, installed, named_unselected
 
 if TYPE_CHECKING:
     from ..core._config import ProfilerConfig
@@ -93,7 +93,7 @@ class NpuBackend:
 
         torch_npu is found, not imported (a process that cannot capture never pays for it).
         """
-        if not installed("torch_npu"):
+        if not named_unselected(config) and not installed("torch_npu"):
             raise ConfigError(
                 "tool", config.tool, "the npu backend needs torch_npu (Ascend); use tool='torch' elsewhere"
             )

@@ -29,7 +29,7 @@ from ..core._plan import Policy
 from ..util._errors import ConfigError, one_of
 from ..util._files import write_file
 from ..util._log import warn_once
-from ._base import CaptureSpec, Finish, installed, torch_cuda_built, torch_version
+from ._base import CaptureSpec, Finish, installed, named_unselected, torch_cuda_built, torch_version
 
 if TYPE_CHECKING:
     from ..core._config import ProfilerConfig
@@ -71,9 +71,10 @@ class NsysBackend:
         """Refuse a config this backend cannot run: a CPU-only torch build, no ``nvtx``, bad options.
 
         Neither torch nor ``nvtx`` is imported here (a process that cannot capture never pays for
-        them); one that can imports both in :meth:`prepare`.
+        them, and one the config names unselected is not checked for them); one that can capture
+        imports both in :meth:`prepare`.
         """
-        built = torch_cuda_built()
+        built = True if named_unselected(config) else torch_cuda_built()
         if built is None:
             raise ConfigError("tool", config.tool, "the nsys backend needs torch with CUDA")
         if not built:
@@ -82,7 +83,7 @@ class NsysBackend:
                 f"torch {torch_version()} is a CPU-only build, where torch.cuda.profiler.start() raises; "
                 "install a CUDA build of torch, or use tool='torch'",
             )
-        if not installed("nvtx"):
+        if not named_unselected(config) and not installed("nvtx"):
             raise ConfigError(
                 "tool", config.tool, "the nsys backend marks roles with the nvtx package: pip install 'profctx[nvtx]'"
             )

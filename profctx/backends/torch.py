@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import importlib.util
 import json
 import os
 import shutil
@@ -16,7 +15,7 @@ from ..core._plan import RANGES_KEY, STEP_MARKER_PREFIX, step_range
 from ..util._errors import ConfigError
 from ..util._files import create, sweep, working_folder
 from ..util._log import warn_once
-from ._base import CaptureSpec, Finish
+from ._base import CaptureSpec, Finish, installed, named_unselected
 
 if TYPE_CHECKING:
     from ..core._config import ProfilerConfig
@@ -70,7 +69,7 @@ class TorchBackend:
         """Refuse a config this backend cannot run: no torch, or contents it does not know."""
         # Found, not imported: a process that cannot capture (an unselected rank or group member, a
         # driver that does not profile) never pays torch's import; one that can imports it in prepare().
-        if importlib.util.find_spec("torch") is None:
+        if not named_unselected(config) and not installed("torch"):
             raise ConfigError(
                 "tool", config.tool, "the torch backend needs torch: pip install 'profctx[torch]'"
             )

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from ..util._errors import ConfigError, one_of
 from ..util._files import make_folders, replacing
-from ._base import CaptureSpec, Finish, torch_cuda_built, torch_version
+from ._base import CaptureSpec, Finish, named_unselected, torch_cuda_built, torch_version
 
 if TYPE_CHECKING:
     from ..core._config import ProfilerConfig
@@ -51,7 +51,7 @@ class TorchMemoryBackend:
 
         torch is not imported here (a process that cannot capture never pays for it).
         """
-        built = torch_cuda_built()
+        built = True if named_unselected(config) else torch_cuda_built()
         if built is None:
             raise ConfigError("tool", config.tool, "the torch_memory backend needs torch with CUDA")
         if not built:

@@ -283,7 +283,8 @@ def load(source: object = None, /, **overrides: Any) -> ProfilerConfig | None:
     converted first (``profctx.interop.verl.from_verl``; ``configure(verl=...)`` does it). Precedence:
     defaults < source < keywords < ``PROFCTX_*`` environment. Returns ``None`` (disabled)
     when nothing at all is given and no ``PROFCTX_*`` variable is set. An active config's
-    ``save_path`` is probed (see :func:`probe_save_path`): the folder exists afterwards.
+    ``save_path`` is probed (see :func:`probe_save_path`): the folder exists afterwards; not
+    where the config names its process (``rank``, ``group``) as one it never profiles.
     Raise :class:`ConfigError` for anything invalid, and for nothing else.
     """
     return _load(source, overrides, os.environ, probe=True)
@@ -345,7 +346,10 @@ def _load(
             raise ConfigError("PROFCTX_RUN_ID", run_id, "letters, digits, '.', '_' or '-' (1-64 characters)")
         data["run_id"] = run_id
     config = ProfilerConfig.from_mapping(data)
-    if probe and config.active:
+    # A process the config names as one that never captures (a group member left out) writes no trace:
+    # its save_path is not probed (a private one still is: the probe is what makes it private).
+    unselected = config.rank is not None and not config.selects(config.group, config.rank)
+    if probe and config.active and (config.private or not unselected):
         probe_save_path(config.save_path, private=config.private)
     return config
 

@@ -7,6 +7,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ..backends import backend_class, check_config, known, resolve_tool
+from ..backends._base import named_unselected
 from ..core._config import ProfilerConfig, from_environment, load
 from ..util import _log
 from ..util._errors import ConfigError, one_of
@@ -45,7 +46,8 @@ def configure(config: object = None, /, **fields: Any) -> ProfilerConfig | None:
     if new is not None:
         check_tool(new)
     if new is not None and new.active:
-        check_config(backend_class(resolve_tool(new.tool)), new)
+        if not named_unselected(new):  # one it names unselected never runs the backend: not even imported
+            check_config(backend_class(resolve_tool(new.tool)), new)
         for hook in list(OWNER.hooks):  # attached engines refuse options they cannot honour
             hook.check_config(new)
     _shutdown()

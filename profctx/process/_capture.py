@@ -37,9 +37,11 @@ class Disk(Protocol):
 class Runtime(Protocol):
     """What a capture needs from the runtime that opened it (``_runtime.Runtime``, which imports this module)."""
 
-    backend: Any
     tool: str
     save_path: Path
+
+    @property
+    def backend(self) -> Any: ...
 
     @property
     def disk(self) -> Disk: ...

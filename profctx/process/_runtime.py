@@ -230,7 +230,7 @@ class Runtime:
         self.tool, self.tool_note = choose_tool(config.tool)
         if self.tool_note is not None:
             logger.info("profctx: %s", self.tool_note)
-        self.backend: Any = backend_class(self.tool)()
+        self._backend: Any = None
         self.save_path = Path(config.save_path).expanduser().absolute()
         with contextlib.suppress(OSError):  # marks a configured save_path: `profctx ls` says "no capture yet"
             (self.save_path / MANIFEST_DIR).mkdir(parents=True, exist_ok=True)
@@ -258,6 +258,14 @@ class Runtime:
         self._spans = Spans()
         self._policies: dict[bool, Policy] = {}
         self._swept = False
+
+    @property
+    def backend(self) -> Any:
+        """The backend instance, made (its module imported) the first time a capture or the warm-up needs it."""
+        backend = self._backend
+        if backend is None:
+            backend = self._backend = backend_class(self.tool)()
+        return backend
 
     # -- identity, selection, policy --------------------------------------------------------------
 

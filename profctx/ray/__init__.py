@@ -293,11 +293,12 @@ class Driver:
         The next step's entry, or ``flush``, waits for the rest and reports failures.
         """
         try:
+            acted = [m for m in self.told if m.collect]  # only they wrote anything in this step
             now, later = self._refs(_worker.step_exit, handle)  # type: ignore[arg-type]
             self.leaving.extend(later)
             _wait(now)
-            if self.collected():
-                collect(runtime, self.collected())
+            if acted:
+                collect(runtime, acted)
         finally:
             self.step = None
 
@@ -312,11 +313,12 @@ class Driver:
 
     async def aexit(self, runtime: Any, handle: object) -> None:
         try:
+            acted = [m for m in self.told if m.collect]
             now, later = self._refs(_worker.step_exit, handle)  # type: ignore[arg-type]
             self.leaving.extend(later)
             await _await(now)
-            if self.collected():
-                await asyncio.to_thread(collect, runtime, self.collected())
+            if acted:
+                await asyncio.to_thread(collect, runtime, acted)
         finally:
             self.step = None
 

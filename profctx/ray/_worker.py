@@ -23,7 +23,6 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from ..core._config import ProfilerConfig
 from ..process import _api, _lifecycle
 from ..process._block import Held, hold
 from ..process._owner import OWNER
@@ -74,7 +73,7 @@ def join(actor: Any, spec: Mapping[str, Any]) -> dict[str, Any]:
         same = carried is not None and carried[0] == spec["config"] and carried[3] is OWNER.config
         if not same:
             try:
-                config = _api.configure(ProfilerConfig.from_mapping(data))
+                config = _api.configure(data)  # checked once, by configure (a ProfilerConfig would be twice)
                 OWNER.carried = (spec["config"], rank, world, config) if config is not None else None
             except ConfigError as exc:
                 error = str(exc)
