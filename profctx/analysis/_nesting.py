@@ -84,7 +84,7 @@ def nest(ts: array[float], dur: array[float], name: array[int], kind: bytearray,
 
 def nest_loop(ts: Sequence[float], dur: Sequence[float], name: Sequence[int], kind: Sequence[int],
               names: list[str], kinds: Sequence[int], marks: Marks, marked: bool) -> tuple[Ops, Roles]:
-    """:func:`nest` by a loop over the events with a stack (any times, NaN included)."""
+    """Nest as :func:`nest` does, by a loop over the events with a stack (any times, NaN included)."""
     n = len(ts)
     order: Iterable[int] = range(n)
     if any(map(gt, ts, islice(ts, 1, None))):  # out of time order (pairwise, in C)
@@ -159,8 +159,11 @@ def nest_loop(ts: Sequence[float], dur: Sequence[float], name: Sequence[int], ki
 
 def nest_vectorised(ts: Any, dur: Any, name: Any, kind: Any, names: list[str], kinds: bytes | bytearray,
                     marks: Marks, marked: bool) -> tuple[Ops, Roles]:
-    """:func:`nest` with numpy (finite times only: a NaN has no place in a sort). Raise ``RuntimeError``
-    without numpy."""
+    """Nest as :func:`nest` does, with numpy (finite times only: a NaN has no place in a sort).
+
+    A thread whose events overlap without nesting is handed to :func:`nest_loop`. Raise ``RuntimeError``
+    without numpy.
+    """
     np = _np
     if np is None:
         raise RuntimeError("numpy is not installed")

@@ -11,7 +11,10 @@ the step a role ran in.
 Self time is an event's duration less that of the events nested directly in it on the same
 thread (the definition HTA and the TensorBoard plugin use). Nesting needs each thread's events
 in time order, so the reader keeps, per complete (``X``) event, its start, duration and an
-interned name: about 30 bytes an event against the 250 or so of its JSON, whatever the trace.
+interned name: about 30 bytes an event against the 250 or so of its JSON, whatever the trace;
+:mod:`profctx.analysis._nesting` nests them once the trace is read. Most batches of events are
+added to their threads in a few passes in C per field; a batch with a missing time or name, odd
+types or many threads takes the loop over each event.
 """
 
 from __future__ import annotations
@@ -235,12 +238,10 @@ def _batch(batch: list[Any], names: _Names, threads: dict[tuple[Any, Any], _Thre
         indexes = array("l", map(names.__getitem__, _column(batch, "name", unchecked)))
     except (TypeError, KeyError):
         return None
-    places = [(batch[0].get("pid"), batch[0].get("tid")) if unchecked else (batch[0].pid, batch[0].tid)]
     where: list[tuple[Any, Any]] = []
     if not one:
         where = list(zip(_column(batch, "pid", unchecked), _column(batch, "tid", unchecked), strict=True))
-        places = list(dict.fromkeys(where))
-        if len(places) > _THREADS:
+        if len(set(where)) > _THREADS:
             return None
     lo = float("inf")
     hi = float("-inf")
@@ -283,9 +284,10 @@ def _batch(batch: list[Any], names: _Names, threads: dict[tuple[Any, Any], _Thre
     lo = min(lo, first)
     hi = max(hi, last)
     if one:
-        _extend(threads, places[0], starts, durations, indexes, ranges)
+        place = (batch[0].get("pid"), batch[0].get("tid")) if unchecked else (batch[0].pid, batch[0].tid)
+        _extend(threads, place, starts, durations, indexes, ranges)
         return lo, hi
-    for place in places:
+    for place in dict.fromkeys(where):  # threads in the order their first event comes, as event by event
         mine = list(map(eq, where, repeat(place)))
         _extend(threads, place, array("d", compress(starts, mine)), array("d", compress(durations, mine)),
                 array("l", compress(indexes, mine)), bytes(compress(ranges, mine)))
