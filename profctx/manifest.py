@@ -68,7 +68,7 @@ _FIELDS: Final = frozenset({
     "capture", "run", "status", "kind", "steps", "step", "last_step", "role", "rank", "world_size", "host",
     "pid", "group", "seq", "backend", "engine", "version", "replica", "folder", "start_time", "end_time",
     "duration_s", "blocked_s", "write_s", "files", "bytes", "ranges", "error", "reason", "notes", "shard",
-    "event", "time",
+    "event", "time", "trigger",
 })
 
 
@@ -310,6 +310,17 @@ class CaptureRecord:
         if type(value) is list:
             return tuple(str(n) for n in value) if value else ()
         return (value,) if type(value) is str else ()
+
+    @property
+    def trigger(self) -> dict[str, Any] | None:
+        """Who asked for a capture nobody planned, when and why; ``None`` for a capture of the configured window.
+
+        Keys as ``profctx trigger`` or the anomaly watch wrote them (``docs/on-demand.md``): ``id``,
+        ``first``, ``count``, ``origin`` (``trigger`` or ``anomaly``), ``reason``, ``user``, ``uid``,
+        ``host``, ``pid``, ``time``, and ``mode``, ``roles``, ``group``, ``ranks`` when the request named them.
+        """
+        value = self._raw.get("trigger")
+        return dict(value) if type(value) is dict else None
 
     @property
     def extra(self) -> dict[str, Any]:

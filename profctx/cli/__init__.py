@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "doctor": "profctx.cli.doctor",
     "nsys-command": "profctx.cli.nsys",
     "verl-convert": "profctx.cli.verl_convert",
+    "trigger": "profctx.cli.trigger",
     "timeline": "profctx.cli.timeline",
 }
 

@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -31,7 +31,6 @@ from ..util._files import make_folders, sweep_tree
 from ..util._identity import Identity, detectable, launcher_run_id, resolve
 from ..util._log import logger, warn_once
 from ._capture import Capture, Range
-from ._timeline import Timeline
 
 
 class Owner(Protocol):
@@ -259,9 +258,17 @@ class Runtime:
         self._spans = Spans()
         self._policies: dict[bool, Policy] = {}
         self._swept = False
-        #: Every step's wall time and its top-level roles' (``_timeline``), written unless ``timeline=False``.
-        self.timeline: Timeline | None = (Timeline(self, write=config.timeline)
-                                          if config.timeline or config.summary_at_exit else None)
+        #: On-demand and anomaly captures (``on_demand``, ``auto_capture``): requests, poll thread, watch.
+        self.ondemand: Any = None
+        #: Told the step each step block enters, before the window is looked at (the anomaly watch), if any.
+        self.watch: Callable[[int], None] | None = None
+        if config.on_demand or config.auto_capture is not None:
+            from ._ondemand import OnDemand  # json and a thread: only for runs that use them
+
+            self.ondemand = OnDemand(self)
+            if config.auto_capture is not None:
+                self.watch = self.ondemand.step_entered
+            self.ondemand.start()
 
     @property
     def backend(self) -> Any:
@@ -308,6 +315,29 @@ class Runtime:
         if policy is None:
             policy = self._policies[selected] = Policy.of(self.config, selected)
         return policy
+
+    def rewindow(self, steps: Iterable[int]) -> None:
+        """Make ``steps`` the window (the configuration's plus the steps requests added); any thread.
+
+        ``in_window`` is replaced whole, one store: the block fast path reads it without a lock.
+        """
+        window = StepWindow(steps)
+        with self._lock:
+            self.window = window
+            self.in_window = frozenset(window.steps)
+
+    def swap_policies(self, policies: dict[bool, Policy]) -> None:
+        """Decide with ``policies`` from now on (by whether the config selects this rank; empty: the config's).
+
+        Called at a step boundary on the thread that enters the step; a contiguous capture never
+        spans two policies, so an open one ends here.
+        """
+        if self.run is not None:
+            self.close_run()
+        self._decisions = {}
+        self._roles = {}
+        self._policies = policies
+        self.owner.refresh()
 
     def wants_role(self, role: str, *, engines: bool) -> bool:
         """Whether ``@profiled(role=role)`` calls must run their wrapper in an in-window step now."""
@@ -384,6 +414,10 @@ class Runtime:
         step = scope.step
         if sets_step:
             self.owner.last_step = step
+            if self.watch is not None and step is not None:
+                self.watch(step)  # a step entered by a Session (the fast path told it already: told once)
+            if self.ondemand is not None and step is not None:  # a request's steps begin or end: policies swap
+                self.ondemand.boundary(step)
         if step is None or step not in self.window:
             if sets_step and self.run is not None:
                 self.close_run()
@@ -572,6 +606,9 @@ class Runtime:
     def record(self, record: Record | dict[str, Any]) -> None:
         """Append ``record`` to this process's manifest shard and tell listeners."""
         identity = self.identity()
+        ondemand = self.ondemand
+        if ondemand is not None and ondemand.requests and record.get("kind") in ("step", "role"):
+            record = ondemand.annotate(dict(record))  # who asked for it, and why
         manifest = self._manifest
         if manifest is None or manifest.identity != identity:
             # No lock: the writer thread records too, and two writers of one shard only append.
@@ -618,9 +655,7 @@ class Runtime:
         self.writer.submit(job)
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every stopped capture's files, and the steps timed so far, are written; return whether in time."""
-        if self.timeline is not None:
-            self.timeline.hand_over(None)
+        """Wait until every stopped capture's files are written; return whether all finished in time."""
         return self.writer.flush(timeout)
 
     def shutdown(self, timeout: float | None = None) -> bool:
@@ -631,6 +666,8 @@ class Runtime:
         whether such a thread is still alive (the exit hook then ends the process itself).
         """
         me = threading.get_ident()
+        if self.ondemand is not None:
+            self.ondemand.stop()
         with self._lock:
             run, holder, deferred = self.run, self.holder(), list(self.deferred)
             self.run = None
@@ -644,12 +681,7 @@ class Runtime:
                 running = running or (capture.recording and capture.thread in alive)
                 capture.abandon("still recording at exit on a thread that did not stop it; "
                                 "the profiler can only be stopped on the thread that started it")
-        timeline = self.timeline
-        if timeline is not None:
-            timeline.finish()
         self.flush(timeout)
-        if timeline is not None and self.config.summary_at_exit:
-            timeline.print_summary()
         self.tell_if_nothing_captured(final=True)
         manifest = self._manifest
         if manifest is not None:
@@ -682,8 +714,8 @@ class Runtime:
         process's ``@profiled`` functions. Silent when nothing here is wrong: the rank is not
         selected, no step was ever marked, or (not ``final``) the window is not over yet.
         """
-        if not self.rank_selected():
-            return None
+        if not self.rank_selected() or (self.config.steps is None and self.ondemand is not None):
+            return None  # armed for requests, with no window of its own: capturing nothing is expected
         window = self.window
         last = self.owner.last_step
         over = final or (last is not None and bool(window.steps) and last > window.last)

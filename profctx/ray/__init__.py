@@ -200,6 +200,7 @@ class Driver:
         leaving = fn is _worker.step_exit
         what = "leave step" if leaving else "enter step"
         config = OWNER.config
+        request = None if leaving else _request_at(step)
         if leaving:
             members, self.told = [m for m in self.told if m.lost is None], []
         else:
@@ -212,11 +213,11 @@ class Driver:
                 for m in grp.members:
                     if (m.dead or m.unjoined) and not self._rejoin(grp, m):
                         continue
-                    if m.acts(config) and _control.available(m, self._leave):
+                    if _acts(m, config, request) and _control.available(m, self._leave):
                         members.append(m)
             self.told = members
         for m in members:
-            args = (step, True) if leaving and m.collect else (step,)
+            args = (step, True) if leaving and m.collect else (step,) if request is None else (step, request.to_dict())
             sent = Sent(m.handle.__ray_call__.remote(fn, *args), m, what, step)
             (now if m.collect or (not leaving and not m.main) else later).append(sent)
         return now, later
@@ -412,6 +413,21 @@ def collect(runtime: Any, members: Sequence[Member]) -> int:
                       "profctx: could not copy the files of worker pid %s to the driver: %s", member.pid,
                       _message(exc))
     return total
+
+
+def _request_at(step: int) -> Any:
+    """Return the on-demand or anomaly request whose steps the driver captures at ``step``, if any."""
+    runtime = OWNER.runtime
+    ondemand = runtime.ondemand if runtime is not None else None
+    return None if ondemand is None else ondemand.current(step)
+
+
+def _acts(member: Member, config: Any, request: Any) -> bool:
+    """Whether ``member`` acts in the step: the driver's selection, or the request's (``--group``, ``--ranks``)."""
+    if request is None:
+        return member.acts(config)
+    group, rank = member.identity or (member.group, member.rank)
+    return bool(request.selects(group, rank, member.acts(config)))
 
 
 def _wait(sent: list[Sent]) -> None:

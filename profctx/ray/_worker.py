@@ -23,8 +23,10 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from ..core._ondemand import parse
 from ..process import _api, _lifecycle
 from ..process._block import Held, hold
+from ..process._ondemand import OnDemand
 from ..process._owner import OWNER
 from ..util._errors import ConfigError
 from ..util._log import logger, warn_once
@@ -156,10 +158,17 @@ def _decorated(fn: Any) -> bool:
     return False
 
 
-def step_enter(actor: Any, step: int) -> bool:
-    """Hold ``step`` for this process (the driver entered it); return whether profctx is configured here."""
-    if OWNER.runtime is None:
+def step_enter(actor: Any, step: int, request: Mapping[str, Any] | None = None) -> bool:
+    """Hold ``step`` for this process (the driver entered it); return whether profctx is configured here.
+
+    ``request``: the on-demand or anomaly request whose steps the driver captures now (see
+    :mod:`profctx.process._ondemand`): this member captures them as the request says.
+    """
+    runtime = OWNER.runtime
+    if runtime is None:
         return False
+    if request is not None:
+        _follow(runtime, request)
 
     def enter() -> bool:
         try:
@@ -170,6 +179,17 @@ def step_enter(actor: Any, step: int) -> bool:
         return True
 
     return _on_control_thread(enter)
+
+
+def _follow(runtime: Any, data: Mapping[str, Any]) -> None:
+    """Add the steps of a request the driver accepted to this member's window (once per request)."""
+    try:
+        if runtime.ondemand is None:  # configured on its own, without on_demand: the driver's request still counts
+            runtime.ondemand = OnDemand(runtime)
+        runtime.ondemand.admit(parse(data), follow=True)
+    except Exception as exc:  # noqa: BLE001 - never break the worker for profiling
+        warn_once(f"follow:{type(exc).__name__}", "profctx: this worker cannot follow the driver's on-demand "
+                  "request: %s", exc)
 
 
 def step_exit(actor: Any, step: int, collect: bool = False) -> bool:

@@ -87,6 +87,8 @@ class Record(TypedDict, total=False):
     engine: str
     version: str | None
     replica: int
+    #: A capture nobody planned: the on-demand or anomaly request that caused it (``process._ondemand``).
+    trigger: dict[str, Any]
 
 
 def capture_record(

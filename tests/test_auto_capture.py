@@ -1,0 +1,122 @@
+"""Capture on anomaly: the rule (Hypothesis), and a run whose step 12 is slow captures step 13, with its reason."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import profctx
+from profctx.core._ondemand import anomaly, reason
+from profctx.manifest import read
+
+ROOT = Path(__file__).resolve().parents[1]
+
+times = st.floats(0.001, 10.0)
+
+
+@given(st.lists(times, max_size=30), times, st.floats(1.01, 10.0), st.integers(3, 30))
+def test_a_step_is_anomalous_when_it_exceeds_factor_times_the_median_of_a_full_window(
+        history: list[float], seconds: float, factor: float, window: int) -> None:
+    median = anomaly(seconds, history, factor, window)
+    if len(history) < window:
+        assert median is None  # too few steps known to say what is normal
+        return
+    last = sorted(history[-window:])
+    middle = len(last) // 2
+    expected = last[middle] if window % 2 else (last[middle - 1] + last[middle]) / 2
+    assert median == (expected if seconds > factor * expected else None)
+
+
+@given(st.lists(times, min_size=5, max_size=5), st.floats(1.5, 10.0))
+def test_steps_like_the_others_are_never_anomalous(history: list[float], factor: float) -> None:
+    assert anomaly(sorted(history)[2], history, factor, 5) is None
+
+
+def test_the_reason_says_which_step_how_much_slower_and_against_what() -> None:
+    assert reason(812, 1.23, 0.45, 20) == "step 812 took 2.7\u00d7 the median of the last 20 steps (1.23 s vs 0.45 s)"
+    assert reason(5, 0.05, 0.01, 10, role="rollout").startswith("role rollout in step 5 took 5.0\u00d7")
+
+
+def run_loop(steps: int, slow: dict[int, float], pause: float = 0.03) -> None:
+    for step in range(1, steps + 1):
+        with profctx.profile_step(step), profctx.profile_step(role="rollout"):
+            time.sleep(pause + slow.get(step, 0.0))
+
+
+def test_a_slow_step_yields_one_capture_of_the_next_step_with_its_reason(tmp_path: Path,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    profctx.configure(save_path=tmp_path, tool="torch", compress=False,
+                      auto_capture={"factor": 5.0, "window": 10, "max_captures": 3})
+    with caplog.at_level("WARNING", logger="profctx"):
+        run_loop(30, {12: 0.6})
+    profctx.flush()
+    captures = read(tmp_path)
+    assert [(r.kind, r.steps, r.status) for r in captures] == [("step", (13,), "ok")]
+    trigger = captures[0].trigger
+    assert trigger is not None
+    assert trigger["origin"] == "anomaly" and trigger["first"] == 13 and trigger["count"] == 1
+    assert re.fullmatch(r"step 12 took \d+\.\d\u00d7 the median of the last 10 steps \(0\.\d\d s vs \d+\.\d ms\)",
+                        trigger["reason"]), trigger["reason"]
+    assert f"auto capture: {trigger['reason']}" in captures[0].notes
+    assert captures[0].files and all((tmp_path / f.path).is_file() for f in captures[0].files)
+    assert [m for m in caplog.messages if "capturing step 13" in m]
+
+
+def test_nothing_is_judged_before_a_full_window_and_the_cap_holds(tmp_path: Path) -> None:
+    profctx.configure(save_path=tmp_path, tool="noop", auto_capture={"factor": 4.0, "window": 10, "max_captures": 2})
+    # Step 5 is slow but only 4 steps are known: not judged. Steps 14, 17 and 20 are slow: the cap takes two.
+    run_loop(24, {5: 0.5, 14: 0.5, 17: 0.5, 20: 0.5}, pause=0.02)
+    profctx.flush()
+    captured = [r.steps for r in read(tmp_path)]
+    assert captured == [(15,), (18,)]
+
+
+#: A rank of a job without Ray: 150 steps of 20 ms, step 12 slow on every rank.
+RANK_LOOP = textwrap.dedent('''
+    import sys, time
+    import profctx
+    profctx.configure(save_path=sys.argv[1], tool="noop", ranks="all",
+                      auto_capture={"factor": 5.0, "window": 8, "max_captures": 1})
+    for step in range(150):
+        with profctx.profile_step(step):
+            time.sleep(0.5 if step == 12 else 0.02)
+''')
+
+
+def test_ranks_without_ray_capture_the_step_rank_0_chose(tmp_path: Path) -> None:
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_LOOP)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROFCTX_")}
+    env.update(PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""), WORLD_SIZE="2",
+               PROFCTX_RUN_ID="auto-ranks")
+    procs = [subprocess.Popen([sys.executable, str(script), str(tmp_path / "run")], env={**env, "RANK": str(rank)},
+                              stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errors
+    captures = read(tmp_path / "run")
+    by_rank = {rank: [r.steps for r in captures if r.rank == rank] for rank in (0, 1)}
+    # Rank 0 judged step 12 and asked every rank, through a request, for a step far enough ahead.
+    assert len(by_rank[0]) == 1 and by_rank[0] == by_rank[1], (by_rank, errors)
+    assert by_rank[0][0][0] > 13
+    reasons = {(r.trigger or {}).get("reason") for r in captures}
+    assert len(reasons) == 1 and next(iter(reasons)).startswith("step 12 took ")  # type: ignore[union-attr]
+
+
+def test_steps_marked_by_callbacks_are_watched_too(tmp_path: Path) -> None:
+    profctx.configure(save_path=tmp_path, tool="noop", auto_capture={"factor": 5.0, "window": 6, "max_captures": 1})
+    steps = profctx.Steps()
+    for step in range(1, 16):
+        steps.begin(step)
+        time.sleep(0.4 if step == 9 else 0.02)
+        steps.end()
+    profctx.flush()
+    assert [r.steps for r in read(tmp_path)] == [(10,)]
