@@ -15,6 +15,8 @@ from ._api import configure_from_environment
 from ._capture import Capture, Range
 from ._owner import OWNER
 from ._runtime import Opened, Runtime
+from ._timeline import FLUSH_EVENTS, Timeline
+from ._timeline import clock as _clock
 
 #: The capture blocks of this task record into (their own, a joined run, or one refused).
 CONTEXT: ContextVar[Capture | None] = ContextVar("profctx.capture", default=None)
@@ -245,7 +247,7 @@ class Held:
     that held it, because the native profiler stops on the thread that started it.
     """
 
-    __slots__ = ("scope", "session", "target", "thread")
+    __slots__ = ("scope", "session", "target", "thread", "timed")
 
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -253,9 +255,17 @@ class Held:
         opened = session.opened
         self.target = opened.target if opened is not None else None
         self.thread = threading.get_ident()
+        rt = OWNER.runtime
+        timeline = rt.timeline if rt is not None else None
+        step = self.scope.step
+        #: (timeline, step, start) while the step is under way and the timeline keeps steps.
+        self.timed = None if timeline is None or step is None else (timeline, step, _clock())
 
     def release(self, in_flight: bool = False) -> None:
         """End the step: stop its hooks and close what it opened (call on the holding thread)."""
+        timed, self.timed = self.timed, None
+        if timed is not None:
+            timed[0].step(timed[1], timed[2], _clock())
         if OWNER.held is self:
             OWNER.held = None
         self.session.finish(None, in_flight=in_flight)
@@ -344,7 +354,7 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
     exceptions raised in the block pass through unchanged. One object per ``with``.
     """
 
-    __slots__ = ("_entered", "_role", "_step", "_tags", "_tokens")
+    __slots__ = ("_entered", "_role", "_step", "_t0", "_tags", "_tl", "_tokens")
 
     def __init__(self, step: int | None = None, role: str | None = None, **tags: Any) -> None:
         self._step = step
@@ -354,6 +364,9 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
         #: (scope token, capture, range) for a role-only block in the window that needs no Session.
         self._entered: Session | Token[Scope] | tuple[Token[Scope], Capture | None, Range | None] | None = None
         self._tokens: Tokens | None = None
+        #: The timeline this block is timed for (a step, or a role directly under the step); ``_t0``: its start,
+        #: set only with it.
+        self._tl: Timeline | None = None
 
     def _new(self) -> Session:
         if self._entered is not None:
@@ -398,6 +411,12 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
                 new._tags = merge_tags(parent._tags, tags) if tags else parent._tags
                 new.__class__ = Scope  # type: ignore[assignment]
                 self._entered = SCOPE.set(new)  # type: ignore[arg-type]
+                if rt is not None:  # the timeline: a step, or a role directly under the step (_clock_in, written out)
+                    timeline = rt.timeline
+                    if timeline is not None and (parent.step is None and held is None if step is not None
+                                                 else role is not None and at is not None and not parent.roles):
+                        self._tl = timeline
+                        self._t0 = _clock()
                 return new  # type: ignore[return-value]
             if step is None and role is not None and held is None:
                 # A role that opens nothing, or is a range of a live capture: drawn here (no Session).
@@ -417,6 +436,7 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
                         if name and capture is not None:
                             entry = capture.open_range(name)
                         self._entered = (SCOPE.set(scope), capture, entry)
+                        self._clock_in(parent)
                         return scope
                     except BaseException:
                         try:
@@ -425,10 +445,12 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
                         finally:
                             owner.close_gate(self)
                         raise
+        parent = SCOPE.get()
         session = self._new()
         tokens: Tokens | None = None
         try:
             tokens = self._tokens = session.start()
+            self._clock_in(parent)
             return session.scope
         except BaseException:
             self._entered = self._tokens = None
@@ -439,6 +461,19 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        timeline = self._tl
+        if timeline is not None:  # the timeline: Timeline.role and .step written out (no Python call per block)
+            self._tl = None
+            events = timeline.events
+            if self._step is None:
+                events.append((self._role, self._t0, _clock()))
+                if len(events) >= FLUSH_EVENTS:
+                    timeline.hand_over(None)
+            else:
+                end = _clock()
+                events.append((self._step, self._t0, end))
+                if end >= timeline.due or len(events) >= FLUSH_EVENTS:
+                    timeline.hand_over(end)
         entered = self._entered
         self._entered = None
         kind = type(entered)
@@ -460,11 +495,42 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
         else:
             raise RuntimeError("a profile_step object was exited without being entered")
 
+    def _clock_in(self, parent: Scope) -> None:
+        """Start timing this block for the timeline when it is a step, or a role directly under the step.
+
+        A step block is timed when no step is ambient (its task's, or one held for the process); a
+        role block when it sets no step, a step is ambient and no role encloses it.
+        """
+        rt = OWNER.runtime
+        timeline = rt.timeline if rt is not None else None
+        if timeline is None:
+            return
+        held = OWNER.held
+        if self._step is not None:
+            if parent.step is not None or held is not None:
+                return
+        elif self._role is None or parent.roles or (parent.step is None and (held is None or held.scope.roles)):
+            return
+        self._tl = timeline
+        self._t0 = _clock()
+
+    def _clock_out(self) -> None:
+        """Note this block's time in the timeline it was timed for (see :meth:`_clock_in`)."""
+        end = _clock()
+        timeline, self._tl = self._tl, None
+        assert timeline is not None
+        if self._step is None:
+            timeline.role(self._role, self._t0, end)  # type: ignore[arg-type]
+        else:
+            timeline.step(self._step, self._t0, end)
+
     async def __aenter__(self) -> Scope:
+        parent = SCOPE.get()
         session = self._new()
         tokens: Tokens | None = None
         try:
             tokens = self._tokens = await session.astart()
+            self._clock_in(parent)
             return session.scope
         except BaseException:
             self._entered = self._tokens = None
@@ -475,6 +541,8 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if self._tl is not None:
+            self._clock_out()
         session, tokens = self._entered, self._tokens
         self._entered = self._tokens = None
         assert isinstance(session, Session)

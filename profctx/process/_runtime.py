@@ -31,6 +31,7 @@ from ..util._files import make_folders, sweep_tree
 from ..util._identity import Identity, detectable, launcher_run_id, resolve
 from ..util._log import logger, warn_once
 from ._capture import Capture, Range
+from ._timeline import Timeline
 
 
 class Owner(Protocol):
@@ -269,6 +270,9 @@ class Runtime:
             if config.auto_capture is not None:
                 self.watch = self.ondemand.step_entered
             self.ondemand.start()
+        #: Every step's wall time and its top-level roles' (``_timeline``), written unless ``timeline=False``.
+        self.timeline: Timeline | None = (Timeline(self, write=config.timeline)
+                                          if config.timeline or config.summary_at_exit else None)
 
     @property
     def backend(self) -> Any:
@@ -655,7 +659,9 @@ class Runtime:
         self.writer.submit(job)
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every stopped capture's files are written; return whether all finished in time."""
+        """Wait until every stopped capture's files, and the steps timed so far, are written; return whether in time."""
+        if self.timeline is not None:
+            self.timeline.hand_over(None)
         return self.writer.flush(timeout)
 
     def shutdown(self, timeout: float | None = None) -> bool:
@@ -681,7 +687,12 @@ class Runtime:
                 running = running or (capture.recording and capture.thread in alive)
                 capture.abandon("still recording at exit on a thread that did not stop it; "
                                 "the profiler can only be stopped on the thread that started it")
+        timeline = self.timeline
+        if timeline is not None:
+            timeline.finish()
         self.flush(timeout)
+        if timeline is not None and self.config.summary_at_exit:
+            timeline.print_summary()
         self.tell_if_nothing_captured(final=True)
         manifest = self._manifest
         if manifest is not None:

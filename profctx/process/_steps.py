@@ -12,6 +12,8 @@ from ..util._log import warn_once
 from ._block import Session, check
 from ._capture import Capture
 from ._owner import OWNER
+from ._timeline import FLUSH_EVENTS
+from ._timeline import clock as _clock
 
 
 @final
@@ -123,11 +125,14 @@ class Steps:
     ``profile_step``; a bad step or role raises :class:`profctx.ConfigError`.
     """
 
-    __slots__ = ("_top",)
+    __slots__ = ("_timed", "_top")
 
     def __init__(self) -> None:
         #: The innermost mark this object holds (a role, or the step), if any.
         self._top: Mark | None = None
+        #: For the timeline, while a step is open: [timeline, step, start, the top-level role open or None, its
+        #: start, roles begun inside it and not ended] (marks of roles are not kept out of the window).
+        self._timed: list[Any] | None = None
 
     @property
     def step(self) -> int | None:
@@ -176,6 +181,9 @@ class Steps:
             session.start_held()
             mark = Mark(step, (), tags, session, None)
         owner.held = self._top = mark
+        timeline = rt.timeline if rt is not None else None
+        if timeline is not None:
+            self._timed = [timeline, step, _clock(), None, 0.0, 0]
 
     def end(self) -> None:
         """End the open step and its roles; do nothing when no step is open."""
@@ -193,6 +201,14 @@ class Steps:
         top = self._top
         if top is None or OWNER.held is not top:
             return
+        timed = self._timed
+        if timed is not None:  # the timeline: the first role begun in the step is its top-level role
+            if timed[3] is None or timed[3] == role:
+                if timed[3] is not None:  # begun again: its end was missed
+                    timed[0].role(timed[3], timed[4], _clock())
+                timed[3], timed[4], timed[5] = role, _clock(), 0
+            else:
+                timed[5] += 1
         rt = OWNER.runtime
         if top.session is None and top.parent is None and (rt is None or rt.opens_nothing(top.step, False)):
             return  # out of the window: the step alone is held (see the class notes)
@@ -213,6 +229,16 @@ class Steps:
 
     def end_role(self, role: str | None = None) -> None:
         """End ``role`` (default: the innermost) and the roles inside it; nothing if it is not open."""
+        timed = self._timed
+        if timed is not None and timed[3] is not None:  # the timeline: the top-level role, or one inside it
+            if role == timed[3] or (role is None and not timed[5]):
+                events = timed[0].events  # Timeline.role, written out (one Python call less per role)
+                events.append((timed[3], timed[4], _clock()))
+                if len(events) >= FLUSH_EVENTS:
+                    timed[0].hand_over(None)
+                timed[3] = None
+            elif timed[5]:
+                timed[5] -= 1
         top = self._top
         if top is None or top.parent is None:
             return
@@ -256,6 +282,16 @@ class Steps:
         return found
 
     def _end_all(self, in_flight: bool) -> None:
+        timed, self._timed = self._timed, None
+        if timed is not None:  # Timeline.role and .step, written out
+            end = _clock()
+            timeline = timed[0]
+            events = timeline.events
+            if timed[3] is not None:
+                events.append((timed[3], timed[4], end))
+            events.append((timed[1], timed[2], end))
+            if end >= timeline.due or len(events) >= FLUSH_EVENTS:
+                timeline.hand_over(end)
         top, self._top = self._top, None
         if top is not None and top.session is None and top.parent is None:  # a step out of the window
             if OWNER.held is top:
