@@ -116,14 +116,14 @@ class Timeline:
     then, only when ``len(events) >= FLUSH_EVENTS`` (or, for a step, its end is past ``due``),
     :meth:`hand_over`. ``_block`` writes these out in ``profile_step.__exit__``; :meth:`role` and
     :meth:`step` are the same for the other callers. Roles noted before a step's entry belong to
-    that step. Writer side: :meth:`flush`. ``write=False`` keeps the totals only
-    (``timeline=False`` with ``summary_at_exit=True``).
+    that step. Writer side: :meth:`flush`. ``write=False`` writes no file; ``totals=True`` keeps the
+    running totals :meth:`print_summary` prints (``summary_at_exit``).
     """
 
     __slots__ = ("_current", "_fd", "_identity", "_names", "_written_dropped", "closed", "dropped", "due", "events",
                  "failed", "path", "queued", "runtime", "totals", "write")
 
-    def __init__(self, runtime: Host, *, write: bool) -> None:
+    def __init__(self, runtime: Host, *, write: bool, totals: bool = False) -> None:
         self.runtime = runtime
         self.write = write
         #: (role, start, end) and (step, start, end) entries waiting for the writer, in order.
@@ -135,7 +135,8 @@ class Timeline:
         self.queued = False
         #: Set by :meth:`finish`: the last batch is queued, nothing is handed over after it.
         self.closed = False
-        self.totals = Totals()
+        #: The running totals of :meth:`print_summary` (``totals=True``: ``summary_at_exit``).
+        self.totals: Totals | None = Totals() if totals else None
         self.path: str | None = None
         self.failed: str | None = None
         self._fd: int | None = None
@@ -185,20 +186,29 @@ class Timeline:
         offset = time.time() - clock()  # wall clock of a monotonic reading, as of now
         current = self._current
         lines: list[str] = []
+        totals, write = self.totals, self.write
+        popleft = events.popleft
         while events:
-            raw, start, end = events.popleft()
+            raw, start, end = popleft()
             if type(raw) is str:
-                _add(current, raw, end - start, 1)
+                found = current.get(raw)
+                if found is None:
+                    _add(current, raw, end - start, 1)
+                else:
+                    found[0] += end - start
+                    found[1] += 1
                 continue
             self._current, roles, current = {}, current, {}
-            try:
-                step = operator.index(raw)  # a numpy or tensor step, as blocks take them
-            except TypeError:
-                continue
+            if type(raw) is not int:
+                try:
+                    raw = operator.index(raw)  # a numpy or tensor step, as blocks take them
+                except TypeError:
+                    continue
             seconds = end - start
-            self.totals.add(step, seconds, roles)
-            if self.write:
-                lines.append(self._line(step, start + offset, seconds, roles))
+            if totals is not None:
+                totals.add(raw, seconds, roles)
+            if write:
+                lines.append(self._line(raw, start + offset, seconds, roles))
         self._current = current
         dropped = self.dropped
         if self.write and dropped != self._written_dropped:
@@ -289,7 +299,7 @@ class Timeline:
     def print_summary(self, stream: TextIO | None = None) -> None:
         """Print :func:`summary` of the totals to ``stream`` (default ``sys.stderr``); never raises."""
         try:
-            text = summary(self.totals, self.runtime.identity(), self.dropped)
+            text = summary(self.totals or Totals(), self.runtime.identity(), self.dropped)
             out = sys.stderr if stream is None else stream
             if out is not None:
                 out.write(text + "\n")
