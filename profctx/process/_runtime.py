@@ -271,7 +271,7 @@ class Runtime:
                 self.watch = self.ondemand.step_entered
             self.ondemand.start()
         #: Every step's wall time and its top-level roles' (``_timeline``), written unless ``timeline=False``.
-        self.timeline: Timeline | None = (Timeline(self, write=config.timeline)
+        self.timeline: Timeline | None = (Timeline(self, write=config.timeline, totals=config.summary_at_exit)
                                           if config.timeline or config.summary_at_exit else None)
 
     @property
