@@ -120,3 +120,24 @@ def test_steps_marked_by_callbacks_are_watched_too(tmp_path: Path) -> None:
         steps.end()
     profctx.flush()
     assert [r.steps for r in read(tmp_path)] == [(10,)]
+
+
+@pytest.mark.parametrize("every_step", [False, True])
+def test_a_watched_role_that_is_slow_yields_one_capture_of_the_next_step(tmp_path: Path, every_step: bool,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    if every_step:  # the timeline hands its entries to the writer at every step's end, as for steps of minutes
+        monkeypatch.setattr("profctx.process._timeline.FLUSH_S", 0.0)
+    profctx.configure(save_path=tmp_path, tool="noop",
+                      auto_capture={"factor": 5.0, "window": 8, "max_captures": 3, "role": "rollout"})
+    for step in range(1, 25):
+        with profctx.profile_step(step):
+            with profctx.profile_step(role="rollout"):
+                time.sleep(0.4 if step == 12 else 0.02)
+            with profctx.profile_step(role="train"):
+                time.sleep(0.4 if step == 6 else 0.02)  # slow too, but not watched
+    profctx.flush()
+    captures = read(tmp_path)
+    assert [r.steps for r in captures] == [(13,)]
+    trigger = captures[0].trigger
+    assert trigger is not None
+    assert trigger["reason"].startswith("role rollout in step 12 took "), trigger["reason"]

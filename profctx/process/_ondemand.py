@@ -46,6 +46,7 @@ from ..records._manifest import capture_record
 from ..util._files import make_folders, write_file
 from ..util._log import logger, warn_once
 from ..util._untrusted import open_regular
+from ._timeline import Timeline
 
 
 class Host(Protocol):
@@ -58,7 +59,6 @@ class Host(Protocol):
     run_id: str
     tool: str
     owner: Any
-    writer: Any
 
     def identity(self) -> Any: ...
 
@@ -132,6 +132,13 @@ class OnDemand:
         # -- anomaly watch (the training thread's) --
         self.history: deque[float] = deque(maxlen=self.auto.window if self.auto else 1)
         self._entered: tuple[int, float, bool] | None = None
+        #: The watched role's seconds per step (``auto_capture.role``), from the timeline's entries; the
+        #: seconds of the step under way so far, whether it ran at all, and the last entry read.
+        self._role_done: dict[int, float] = {}
+        self._role_partial: tuple[float, bool] = (0.0, False)
+        self._role_read: Any = None
+        #: Ids of the captures started and not finished yet (recording, or their files being written).
+        self.unfinished: set[Any] = set()
         #: Anomaly captures this process decided (each also an accepted request, here or, for rank 0, everywhere).
         self.decided = 0
         #: An anomaly request waiting for the poll thread to name its first step and publish it.
@@ -403,9 +410,9 @@ class OnDemand:
     def step_entered(self, step: int) -> None:
         """Judge the step that ended as ``step`` began; ask for a capture of ``step`` if it was anomalous.
 
-        A step's time runs from its step block's entry to the next step block's entry. Steps this
-        process captured, and steps during which its writer thread wrote files, are neither judged
-        nor kept in the median (profctx's own work would look like an anomaly). The same step
+        A step's time runs from its step block's entry to the next step block's entry. Steps during
+        which a capture of this process was recording or its files were being written are neither
+        judged nor kept in the median (profctx's own work would look like an anomaly). The same step
         entered again (a nested step block, or a Session after the fast path) is told once.
         """
         auto = self.auto
@@ -414,16 +421,18 @@ class OnDemand:
             return
         now = time.perf_counter()
         rt = self.rt
-        writing = rt.writer.pending()
+        if auto.role is not None:
+            self.read_roles()
+        writing = bool(self.unfinished)
         self._entered = (step, now, writing or step in rt.in_window)
         if previous is None or step < previous[0]:
             return
         last, began, busy = previous
         if busy or writing:
             return
-        seconds = now - began if auto.role is None else self._role_seconds(last, auto.role)
+        seconds = now - began if auto.role is None else self._role_done.pop(last, None)
         if seconds is None:
-            return  # the watched role did not run in that step
+            return  # the watched role did not run in that step (or the timeline is off)
         history = self.history
         # A step within factor x the fastest step kept is within factor x the median: no sort needed.
         median = anomaly(seconds, list(history), auto.factor, auto.window) if (
@@ -447,29 +456,83 @@ class OnDemand:
         self.admit(request, follow=True)
 
 
-    def _role_seconds(self, step: int, role: str) -> float | None:
-        """Return the seconds the top-level ``role`` took in ``step``, from the step timeline; ``None`` if not known.
+    def read_roles(self) -> None:
+        """Add up the watched role's time per step from the timeline entries not read yet (the training thread).
 
-        Read on the training thread while the writer thread is idle (the caller checked), so the
-        timeline's steps waiting for the writer are not being taken away meanwhile.
+        The timeline keeps, in order, each top-level role block's and each step's entry (name or step,
+        start, end) until its writer takes them (:mod:`profctx.process._timeline`); they are read at
+        each step entry and just before each hand-over to the writer (:class:`RoleWatched`), so none
+        is missed however long the steps.
         """
+        auto = self.auto
         timeline = getattr(self.rt, "timeline", None)
-        pending = getattr(timeline, "pending", None)
-        if not pending:
-            if timeline is None:
-                warn_once("auto-capture-role", "profctx: auto_capture.role=%r needs the step timeline (timeline=True): "
-                          "no role time is known, so no step is judged", role)
-            return None
+        if auto is None or auto.role is None:
+            return
+        if timeline is None:
+            warn_once("auto-capture-role", "profctx: auto_capture.role=%r needs the step timeline (timeline=True): "
+                      "no role time is known, so no step is judged", auto.role)
+            return
+        if type(timeline) is Timeline:
+            timeline.__class__ = RoleWatched  # read before each hand-over (same slots: nothing else changes)
+        new = []
+        last = self._role_read
         try:
-            for entry in reversed(pending):
-                if entry[0] == step:
-                    spent = [e[1] for e in entry[3] if e[0] == role or str(e[0]).partition("/")[0] == role]
-                    return float(sum(spent)) if spent else None
-                if entry[0] < step:
-                    return None
-        except (RuntimeError, IndexError, TypeError):  # the writer took them meanwhile, or another layout
-            return None
-        return None
+            for entry in reversed(timeline.events):
+                if entry is last:
+                    break
+                new.append(entry)
+        except RuntimeError:  # the writer is taking entries read already: read the rest next time
+            return
+        if not new:
+            return
+        self._role_read = new[0]
+        role = auto.role
+        spent, ran = self._role_partial
+        done = self._role_done
+        for entry in reversed(new):
+            name = entry[0]
+            if type(name) is str:
+                if name == role or name.partition("/")[0] == role:
+                    spent += entry[2] - entry[1]
+                    ran = True
+                continue
+            if ran and type(name) is int:
+                done[name] = spent
+                if len(done) > 16:
+                    del done[min(done)]
+            spent, ran = 0.0, False
+        self._role_partial = (spent, ran)
+
+    def recorded(self, record: Any) -> Any:
+        """Note a capture record on its way to the manifest; return it, with who asked and why for a request's steps.
+
+        Captures started and not finished (recording, or their files being written) are noted:
+        the anomaly watch judges no step while one is (profctx's own work is no anomaly).
+        """
+        if record.get("kind") not in ("step", "role"):
+            return record
+        capture, event = record.get("capture"), record.get("event")
+        with self.lock:
+            if event == "started":
+                self.unfinished.add(capture)
+            elif event == "finished":
+                self.unfinished.discard(capture)
+        return self.annotate(dict(record)) if self.requests else record
+
+
+class RoleWatched(Timeline):
+    """A step timeline whose entries the anomaly watch reads before each hand-over to its writer.
+
+    Only for ``auto_capture.role`` (:meth:`OnDemand.read_roles` makes the runtime's timeline one).
+    """
+
+    __slots__ = ()
+
+    def hand_over(self, now: float | None) -> None:
+        ondemand = getattr(self.runtime, "ondemand", None)
+        if ondemand is not None:
+            ondemand.read_roles()
+        super().hand_over(now)
 
 
 def _fields(request: Request) -> dict[str, Any]:

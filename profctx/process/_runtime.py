@@ -611,8 +611,8 @@ class Runtime:
         """Append ``record`` to this process's manifest shard and tell listeners."""
         identity = self.identity()
         ondemand = self.ondemand
-        if ondemand is not None and ondemand.requests and record.get("kind") in ("step", "role"):
-            record = ondemand.annotate(dict(record))  # who asked for it, and why
+        if ondemand is not None:  # notes captures not finished; adds who asked for it, and why
+            record = ondemand.recorded(record)
         manifest = self._manifest
         if manifest is None or manifest.identity != identity:
             # No lock: the writer thread records too, and two writers of one shard only append.
