@@ -7,16 +7,25 @@ thread's own CPU time, timeline on and off timed in alternation, best of many sh
   inside (the target: at most 1.2 times the same with ``timeline=False``);
 - the step block alone, and the role block alone inside an out-of-window step;
 - ``Steps.begin``/``end`` around one ``begin_role``/``end_role``;
-- the writer thread's work per step (folding, the totals, JSON, the append), timed apart.
+- the writer thread's work per step (folding, the totals, JSON, the append), timed apart;
+- ``--instructions``: the first case's instructions on the training thread alone, on and off (valgrind's
+  callgrind, one file per thread; the difference of a 12,000- and a 2,000-iteration run): a count the
+  machine's load does not move, and without the writer thread, which in this loop of some 250,000 steps
+  a second is busy all the time and contends for the GIL as no real training loop makes it.
 
-Run by hand: ``python benchmarks/bench_timeline.py [--quick]``. Prints a Markdown table.
+Run by hand: ``PYTHONPATH=. python benchmarks/bench_timeline.py [--quick] [--instructions]``. Prints a
+Markdown table.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import platform
+import shutil
+import subprocess
+import sys
 import tempfile
 import time
 import timeit
@@ -82,9 +91,41 @@ def writer_per_step(save_path: str, steps: int) -> float:
     return best
 
 
+LOOP = """
+import os, sys, tempfile, logging, profctx
+logging.getLogger("profctx").setLevel(logging.ERROR)
+profctx.configure(steps=[10**6], save_path=tempfile.mkdtemp(), tool="noop", warmup=False, timeline=sys.argv[1] == "on")
+ps = profctx.profile_step
+for _ in range(int(sys.argv[2])):
+    with ps(7):
+        with ps(role="rollout"):
+            pass
+os._exit(0)
+"""
+
+
+def instructions() -> tuple[float, float] | None:
+    """Return the training thread's instructions per step block with a role block inside, timeline off and on."""
+    if shutil.which("valgrind") is None:
+        return None
+    counts = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in ("off", "on"):
+            totals = []
+            for n in (2_000, 12_000):
+                out = os.path.join(tmp, f"cg.{mode}.{n}")
+                subprocess.run(["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}",
+                                sys.executable, "-c", LOOP, mode, str(n)], check=True, capture_output=True)
+                with open(out + "-01") as handle:  # thread 1: the main (training) thread
+                    totals.append(next(int(line.split()[1]) for line in handle if line.startswith("totals:")))
+            counts[mode] = (totals[1] - totals[0]) / 10_000
+    return counts["off"], counts["on"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds (a smoke run)")
+    parser.add_argument("--instructions", action="store_true", help="also count instructions with valgrind")
     args = parser.parse_args()
     logging.getLogger("profctx").setLevel(logging.ERROR)  # "nothing was captured": true, and beside the point
     number, rounds = (2_000, 5) if args.quick else (20_000, 25)
@@ -103,7 +144,15 @@ def main() -> None:
         target = "<= 1.20" if label.startswith("out-of-window step block with") else ""
         verdict = (" — met" if on / off <= 1.2 else " — **missed**") if target else ""
         print(f"| {label} | {off:.0f} | {on:.0f} | {on / off:.2f} | {target}{verdict} |")
-    print(f"\nwriter thread, per step of two roles (fold, totals, JSON, append): {writer:.0f} ns")
+    print(f"\nwriter thread, per step of two roles (fold, JSON, append): {writer:.0f} ns")
+    if args.instructions:
+        counted = instructions()
+        if counted is None:
+            print("instructions: valgrind not found")
+        else:
+            off, on = counted
+            print(f"instructions on the training thread, step block with a role block: {off:.0f} off, {on:.0f} on, "
+                  f"{on / off:.2f}x")
 
 
 if __name__ == "__main__":
