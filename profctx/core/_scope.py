@@ -17,11 +17,13 @@ class Scope:
     ``role`` is its innermost entry and ``path`` its ``/``-joined rendering.
     """
 
-    __slots__ = ("_tags", "roles", "step")
+    __slots__ = ("_kids", "_tags", "roles", "step")
 
     step: int | None
     roles: tuple[str, ...]
     _tags: tuple[tuple[str, Any], ...]
+    #: Role-only children kept for reuse (:func:`keep`); not part of the value.
+    _kids: dict[str, Scope] | None
 
     def __init__(
         self,
@@ -61,6 +63,7 @@ class Scope:
         new.step = self.step if step is None else step
         new.roles = self.roles if role is None else self.roles + role_parts(role)
         new._tags = merge_tags(self._tags, tags) if tags else self._tags
+        new._kids = None
         new.__class__ = Scope  # type: ignore[assignment]
         return new  # type: ignore[return-value]
 
@@ -104,14 +107,15 @@ class Unfrozen:
     descriptors (its ``__setattr__`` refuses plain assignment) costs about three times as much
     as plain assignment here followed by one ``__class__`` change (the two classes have the
     same slots, so CPython allows it; ``tests/test_scope.py`` checks what comes out). Keep the
-    two ``__slots__`` alike.
+    two ``__slots__`` alike, and set ``_kids`` (``None``) too.
     """
 
-    __slots__ = ("_tags", "roles", "step")
+    __slots__ = ("_kids", "_tags", "roles", "step")
 
     step: int | None
     roles: tuple[str, ...]
     _tags: tuple[tuple[str, Any], ...]
+    _kids: dict[str, Scope] | None
 
 
 def merge_tags(base: tuple[tuple[str, Any], ...], tags: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -123,12 +127,38 @@ def merge_tags(base: tuple[tuple[str, Any], ...], tags: Mapping[str, Any]) -> tu
 _SET_STEP = Scope.__dict__["step"].__set__
 _SET_ROLES = Scope.__dict__["roles"].__set__
 _SET_TAGS = Scope.__dict__["_tags"].__set__
+_SET_KIDS = Scope.__dict__["_kids"].__set__
 
 
 def _init(scope: Scope, step: int | None, roles: tuple[str, ...], tags: tuple[tuple[str, Any], ...]) -> None:
     _SET_STEP(scope, step)
     _SET_ROLES(scope, roles)
     _SET_TAGS(scope, tags)
+    _SET_KIDS(scope, None)
+
+
+#: Role-only children a scope keeps (:func:`keep`); past this many it forgets them all and starts over.
+KIDS_MAX = 64
+
+
+def keep(parent: Scope, role: str, child: Scope) -> None:
+    """Remember ``child``, ``parent.child(None, role, {})``, for the next block of ``role`` in ``parent``.
+
+    Blocks repeat: the role blocks of a step, the ``@profiled`` calls of a loop. Handing back the
+    same immutable child costs a dict lookup where building one costs several stores. Bounded
+    per parent (:data:`KIDS_MAX`), and it goes with the parent; never on :data:`ROOT`, which
+    outlives ``profctx.reset()`` (that leaves no state behind) and whose children (step scopes) rarely repeat.
+    Thread-safe: a dict's item access is atomic, and a lost entry costs one rebuild.
+    """
+    if parent is ROOT:
+        return
+    kids = getattr(parent, "_kids", None)  # unset on a scope filled in without it
+    if kids is None:
+        _SET_KIDS(parent, {role: child})
+        return
+    if len(kids) >= KIDS_MAX:
+        kids.clear()
+    kids[role] = child
 
 
 def _freeze(value: Any) -> Any:
@@ -172,5 +202,6 @@ def under(scope: Scope, base: Scope) -> Scope:
     new.step = base.step
     new.roles = base.roles + scope.roles if base.roles else scope.roles
     new._tags = merge_tags(base._tags, dict(scope._tags))
+    new._kids = None
     new.__class__ = Scope  # type: ignore[assignment]
     return new  # type: ignore[return-value]

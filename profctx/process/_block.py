@@ -9,7 +9,7 @@ from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import Any, final
 
-from ..core._scope import ROOT, SCOPE, Scope, Unfrozen, merge_tags, role_parts, under
+from ..core._scope import ROOT, SCOPE, Scope, Unfrozen, keep, merge_tags, role_parts, under
 from ..util._errors import ConfigError
 from ._api import configure_from_environment
 from ._capture import Capture, Range
@@ -303,14 +303,34 @@ def enter_role(role: str) -> Token[Scope] | None:
     if rt is None or owner.held is not None or CONTEXT.get() is not None:
         return None
     parent = SCOPE.get()
+    scope = _role_child(parent, role)
+    roles = scope.roles
+    # rt.role_block's answer kept for the policies in force (Runtime.quiet), with its window test: no Python call.
+    if rt.quiet.get(roles) is rt._policies and not rt.deferred and parent.step in rt.in_window:
+        return SCOPE.set(scope)
+    if rt.role_block(None, parent.step, roles) != "":
+        return None
+    return SCOPE.set(scope)
+
+
+def _role_child(parent: Scope, role: str) -> Scope:
+    """Return ``parent.child(None, role, {})``: the one ``parent`` keeps (``_scope.keep``), else a new one kept."""
+    try:
+        kids = parent._kids
+    except AttributeError:  # a scope filled in without it
+        kids = None
+    if kids is not None:
+        found = kids.get(role)
+        if found is not None:
+            return found
     new = Unfrozen()  # parent.child(None, role, {}) written out (tests/test_fast_path.py checks they agree)
     new.step = parent.step
     new.roles = parent.roles + role_parts(role)
     new._tags = parent._tags
-    if rt.role_block(None, new.step, new.roles) != "":
-        return None
+    new._kids = None
     new.__class__ = Scope  # type: ignore[assignment]
-    return SCOPE.set(new)  # type: ignore[arg-type]
+    keep(parent, role, new)  # type: ignore[arg-type]
+    return new  # type: ignore[return-value]
 
 
 def leave_role(token: Token[Scope]) -> None:
@@ -402,6 +422,22 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
             if rt is None or (not rt.deferred and at not in rt.in_window
                               and (step is None or rt.run is None)):  # rt.opens_nothing(...), written out
                 tags = self._tags
+                if step is None and role is not None and not tags and parent is not ROOT:
+                    # A role block: the child its parent keeps (ROOT keeps none, see _scope.keep).
+                    try:
+                        kids = parent._kids
+                    except AttributeError:  # a scope filled in without it
+                        kids = None
+                    child = kids.get(role) if kids else None
+                    if child is None:
+                        child = _role_child(parent, role)
+                    self._entered = SCOPE.set(child)
+                    if rt is not None:  # the timeline: a role directly under the step (_clock_in, written out)
+                        timeline = rt.timeline
+                        if timeline is not None and at is not None and not parent.roles:
+                            self._tl = timeline
+                            self._t0 = _clock()
+                    return child
                 new = Unfrozen()
                 if step is None:
                     new.step = parent.step
@@ -409,6 +445,7 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
                     new.step = owner.last_step = step
                 new.roles = parent.roles if role is None else parent.roles + role_parts(role)
                 new._tags = merge_tags(parent._tags, tags) if tags else parent._tags
+                new._kids = None
                 new.__class__ = Scope  # type: ignore[assignment]
                 self._entered = SCOPE.set(new)  # type: ignore[arg-type]
                 if rt is not None:  # the timeline: a step, or a role directly under the step (_clock_in, written out)
@@ -421,14 +458,36 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
             if step is None and role is not None and held is None:
                 # A role that opens nothing, or is a range of a live capture: drawn here (no Session).
                 tags = self._tags
-                new = Unfrozen()
-                new.step = at
-                new.roles = parent.roles + role_parts(role)
-                new._tags = merge_tags(parent._tags, tags) if tags else parent._tags
-                new.__class__ = Scope  # type: ignore[assignment]
-                scope: Scope = new  # type: ignore[assignment]
+                if tags:
+                    new = Unfrozen()
+                    new.step = at
+                    new.roles = parent.roles + role_parts(role)
+                    new._tags = merge_tags(parent._tags, tags)
+                    new._kids = None
+                    new.__class__ = Scope  # type: ignore[assignment]
+                    scope: Scope = new  # type: ignore[assignment]
+                else:  # the child its parent keeps (_role_child, written out)
+                    try:
+                        kids = parent._kids
+                    except AttributeError:  # a scope filled in without it
+                        kids = None
+                    found = kids.get(role) if kids else None
+                    scope = _role_child(parent, role) if found is None else found
                 capture = CONTEXT.get()
-                name = rt.role_block(capture, at, scope.roles)
+                roles = scope.roles
+                # Runtime.role_block's answer kept for the policies in force (Runtime.quiet): no Python
+                # call, and the gate (Owner.open_gate) written out.
+                if capture is None and not rt.deferred and rt.quiet.get(roles) is rt._policies:
+                    owner.gate.append(self)
+                    if not owner._lit:
+                        owner.refresh()
+                    self._entered = (SCOPE.set(scope), None, None)
+                    timeline = rt.timeline  # _clock_in, written out: a role directly under the step
+                    if timeline is not None and at is not None and not parent.roles:
+                        self._tl = timeline
+                        self._t0 = _clock()
+                    return scope
+                name = rt.role_block(capture, at, roles)
                 if name is not None:
                     owner.open_gate(self)
                     entry: Range | None = None
@@ -482,7 +541,7 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
         elif kind is Session:
             tokens, self._tokens = self._tokens, None
             entered.finish(tokens, in_flight=exc_type is not None)  # type: ignore[union-attr]
-        elif kind is tuple:  # a range in a live capture
+        elif kind is tuple:  # a role block in an in-window step: a range in a live capture, or nothing
             token, capture, entry = entered  # type: ignore[misc]
             try:
                 SCOPE.reset(token)
@@ -491,7 +550,15 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
                     if entry is not None:
                         capture.close_range(entry)  # type: ignore[union-attr]
                 finally:
-                    OWNER.close_gate(self)
+                    owner = OWNER  # Owner.close_gate(self), written out
+                    gate = owner.gate
+                    try:
+                        gate.remove(self)
+                    except ValueError:
+                        pass
+                    else:
+                        if not gate:
+                            owner.refresh()
         else:
             raise RuntimeError("a profile_step object was exited without being entered")
 

@@ -246,10 +246,18 @@ class Runtime:
         self._fallback: Identity | None = None
         #: rank_selected()'s answer for the identity it was computed for.
         self._selected: tuple[Identity, bool] | None = None
-        #: decide() results by everything they depend on (the plan is pure; blocks repeat).
-        self._decisions: dict[tuple[Any, ...], Actions] = {}
-        #: decide() for blocks that only add a role, on a selected rank and (if different) not (role_block()).
-        self._roles: dict[tuple[Any, ...], tuple[Actions, Actions | None]] = {}
+        #: decide() results by everything they depend on (the plan is pure; blocks repeat), each with
+        #: the policy it was decided under (on-demand capture swaps policies: a stale entry is redone).
+        self._decisions: dict[tuple[Any, ...], tuple[Policy, Actions]] = {}
+        #: decide() for blocks that only add a role, on a selected rank and (if different) not (role_block()),
+        #: with the two policies decided under.
+        self._roles: dict[tuple[Any, ...], tuple[Policy, Policy, Actions, Actions | None]] = {}
+        #: Role paths a role-only block draws nothing for in an in-window step outside any capture, on
+        #: either rank selection and with or without engines, each with the ``_policies`` dict it was
+        #: decided under (role_block() fills it). That dict is replaced whole when policies change and
+        #: only ever filled in place, so an entry holds while ``quiet[roles] is _policies``: the role
+        #: blocks of ``_block`` test that themselves (one lookup, no Python call).
+        self.quiet: dict[tuple[str, ...], dict[bool, Policy]] = {}
         self._manifest: ManifestWriter | None = None
         self._lock = threading.RLock()
         #: The native-capture token: its one key 'holder' is set while a capture holds the profiler.
@@ -393,14 +401,22 @@ class Runtime:
             return None
         key = (roles, state)
         found = self._roles.get(key)
-        if found is None:
+        policies = self._policies  # read once: swap_policies may replace it meanwhile
+        picked, other_policy = policies.get(True), policies.get(False)
+        if picked is None or other_policy is None:  # what _policy_of does, in this dict
+            picked = policies.setdefault(True, Policy.of(self.config, True))
+            other_policy = policies.setdefault(False, Policy.of(self.config, False))
+        if found is None or found[0] is not picked or found[1] is not other_policy:
             enter = Enter(step, roles, False, True, state, None)  # type: ignore[arg-type]
-            chosen, other = (decide(self._policy_of(selected), enter) for selected in (True, False))
-            found = (chosen, None if other == chosen else other)
+            chosen, other = decide(picked, enter), decide(other_policy, enter)
+            found = (picked, other_policy, chosen, None if other == chosen else other)
             if len(self._roles) >= 4096:
                 self._roles.clear()
+                self.quiet.clear()
             self._roles[key] = found
-        actions, unselected = found
+            if state is None and _draws_nothing(chosen) and _draws_nothing(other):
+                self.quiet[roles] = policies
+        _, _, actions, unselected = found
         if unselected is not None and not self.rank_selected():
             actions = unselected
         if (actions.engines and self.owner.hooks) or actions.open is not None or actions.marker is not None \
@@ -431,14 +447,16 @@ class Runtime:
         run = self.run
         policy = self.policy()
         run_steps = run.steps if run is not None else None
-        key = (policy.selected, step, scope.roles, sets_step, sets_role, state, run_steps)  # policy: per selected
-        actions = self._decisions.get(key)
-        if actions is None:
+        key = (policy.selected, step, scope.roles, sets_step, sets_role, state, run_steps)
+        found = self._decisions.get(key)
+        if found is not None and found[0] is policy:
+            actions = found[1]
+        else:
             actions = decide(policy, Enter(step, scope.roles, sets_step, sets_role, state,  # type: ignore[arg-type]
                                            run_steps))
             if len(self._decisions) >= 4096:  # long windows: keep memory bounded
                 self._decisions.clear()
-            self._decisions[key] = actions
+            self._decisions[key] = (policy, actions)
         opened = Opened(actions)
         opened.target = context
         self.owner.open_gate(opened)
@@ -772,6 +790,11 @@ class Runtime:
         found: set[tuple[str, ...]] = {key[0] for key in list(self._roles)}
         found.update(key[2] for key in list(self._decisions))
         return found
+
+
+def _draws_nothing(actions: Actions) -> bool:
+    """Whether a role-only block outside any capture does nothing at all with ``actions``, engines attached or not."""
+    return not actions.engines and actions.open is None and actions.marker is None and not actions.ranges
 
 
 def _bounded(names: list[str], limit: int = 8) -> str:
