@@ -100,6 +100,24 @@ def rows(number: int, rounds: int) -> list[tuple[str, float, float, str]]:
             row("`@profiled` call, in-window step (role mode), role filtered out", "decorated()", "<= 1.2")
             row("nested `with profile_step(role=...)`, in-window step (role mode), role filtered out",
                 "with profile_step(role='r'): pass", "<= 1.3")
+        # Where the time goes: the step timeline times a step and a role directly under it (a clock
+        # read at entry, one at exit and an append); a role under a role is not timed.
+        profctx.configure(steps=[10**6], save_path=tmp, tool="noop", warmup=False)
+        with profctx.profile_step(1), profctx.profile_step(role="outer"):
+            row("nested `with profile_step(role=...)` under a role, out-of-window step (not timed)",
+                "with profile_step(role='r'): pass", "<= 1.3")
+        profctx.configure(steps=[10**6], save_path=tmp, tool="noop", warmup=False, timeline=False)
+        row("`with profile_step(step)`, out of window, timeline=False", "with profile_step(2): pass", "<= 1.3")
+        with profctx.profile_step(1):
+            row("nested `with profile_step(role=...)`, out-of-window step, timeline=False",
+                "with profile_step(role='r'): pass", "<= 1.3")
+            out_window, _ = paired("with profile_step(role='r'): pass", floor_stmt, env, number, rounds)
+        profctx.configure(steps=[5], save_path=tmp, tool="noop", warmup=False, ranks=[0], rank=1, world_size=2,
+                          timeline=False)
+        with profctx.profile_step(5):
+            in_window, _ = paired("with profile_step(role='r'): pass", floor_stmt, env, number, rounds)
+        out.append(("  in window / out of window (rank not selected), timeline=False", in_window,
+                    in_window / out_window, "<= 1.0"))
         profctx.reset()
     return out
 

@@ -538,9 +538,6 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
         kind = type(entered)
         if kind is Token:  # entered without opening anything: most blocks
             SCOPE.reset(entered)  # type: ignore[arg-type]
-        elif kind is Session:
-            tokens, self._tokens = self._tokens, None
-            entered.finish(tokens, in_flight=exc_type is not None)  # type: ignore[union-attr]
         elif kind is tuple:  # a role block in an in-window step: a range in a live capture, or nothing
             token, capture, entry = entered  # type: ignore[misc]
             try:
@@ -559,6 +556,9 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
                     else:
                         if not gate:
                             owner.refresh()
+        elif kind is Session:
+            tokens, self._tokens = self._tokens, None
+            entered.finish(tokens, in_flight=exc_type is not None)  # type: ignore[union-attr]
         else:
             raise RuntimeError("a profile_step object was exited without being entered")
 
