@@ -142,6 +142,25 @@ def test_steps_begin_end_and_async_blocks_are_timed(tmp_path: Path) -> None:
     assert found[10]["await"][0] >= 0.002 and found[4] == {}
 
 
+def test_a_worker_times_the_steps_its_driver_holds_for_it(tmp_path: Path) -> None:
+    # What a Ray worker runs when its driver enters and leaves a step (profctx.ray calls these through
+    # __ray_call__), here in this process: the worker's own role blocks under the held step are its roles.
+    from profctx.ray import _worker
+
+    profctx.configure(save_path=str(tmp_path), steps=[2], tool="noop", warmup=False, group="actor", rank=1,
+                      world_size=2)
+    for step in (1, 2):
+        assert _worker.step_enter(None, step)
+        with profctx.profile_step(role="update"):
+            time.sleep(0.002)
+        assert _worker.step_exit(None, step)
+    profctx.reset()
+    (process,) = read(tmp_path).processes
+    assert process.name == "actor/rank1" and sorted(process.steps) == [1, 2]
+    assert all(entry.roles["update"][1] == 1 and entry.roles["update"][0] >= 0.002
+               for entry in process.steps.values())
+
+
 def test_a_step_with_very_many_role_blocks_is_folded_as_it_goes(tmp_path: Path) -> None:
     profctx.configure(save_path=str(tmp_path), steps=[10**6], tool="noop", warmup=False)
     blocks = 3 * FLUSH_EVENTS + 7  # handed to the writer several times within the one step
