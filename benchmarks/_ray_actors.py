@@ -60,6 +60,12 @@ class Probe:
     def plain(self) -> int:
         return 1
 
+    @profctx.profiled(role="work")
+    def work(self, ms: float) -> int:
+        """A step's share of work that leaves the CPU free (a device computing): sleep ``ms`` milliseconds."""
+        time.sleep(ms / 1e3)
+        return 1
+
     def local_cost(self, calls: int) -> tuple[float, float]:
         """Return the ns per call of ``self.tick()`` and ``self.plain()`` inside this process."""
         times = []

@@ -14,7 +14,7 @@ alike:
 Two figures per capture:
 
 - **exit**: the time from the start of the block's exit (``prof.stop()`` for the handler) to its
-  return: what the training thread waits for, the figure the target is about (≤ 0.9× the handler);
+  return: what the training thread waits for, the figure the target is about (≤ 0.9x the handler);
 - **stall**: exit plus every gap over 50 µs the training thread sees afterwards, spinning in
   Python until profctx's writer thread has written the files (+50 ms): what a loop that needs
   the GIL the whole time would lose to the work done off the training thread.
@@ -41,7 +41,7 @@ from profctx.process._owner import OWNER
 from profctx.records._manifest import read
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_core import Spinner, tiny_ops  # noqa: E402 - the folder is on sys.path only from here
+from bench_core import Spinner, tiny_ops
 
 
 def _after(until: Callable[[], bool]) -> float:
@@ -103,8 +103,8 @@ def main() -> None:
 
     print(f"Python {sys.version.split()[0]}, torch {torch.__version__}, {os.cpu_count()} cores, "
           f"gzip by {_codec.name()}\n")
-    print("| trace (handler JSON) | handler exit | profctx exit | × | profctx json exit | × | handler stall "
-          "| profctx stall | × | profctx json stall | × | profctx file | blocked_s | write_s |")
+    print("| trace (handler JSON) | handler exit | profctx exit | x | profctx json exit | x | handler stall "
+          "| profctx stall | x | profctx json stall | x | profctx file | blocked_s | write_s |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     with tempfile.TemporaryDirectory() as tmp:
         per_mb = calibrate(tmp)

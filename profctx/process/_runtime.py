@@ -134,16 +134,18 @@ class Writer:
 
     def _run(self) -> None:
         while True:
+            self._wake.clear()
             self._drain()
             self._idle.set()
-            self._wake.wait(self.IDLE_S)
-            self._wake.clear()
-            if not self._jobs:
-                self._thread = None
-                if self._jobs:  # a job arrived while ending: keep going
-                    self._thread = threading.current_thread()
-                    continue
-                return
+            # A wake left by a job the drain already ran starts another idle wait, not the thread's end:
+            # a thread started per capture costs the training thread a fraction of a millisecond.
+            if self._wake.wait(self.IDLE_S) or self._jobs:
+                continue
+            self._thread = None
+            if self._jobs:  # a job arrived while ending: keep going
+                self._thread = threading.current_thread()
+                continue
+            return
 
     def pending(self) -> bool:
         """Whether a job is queued or running."""
