@@ -4,7 +4,8 @@
 ``_ray_actors.Probe`` (``num_cpus=0``) in three groups (``actor``: half of them, ``critic`` and
 ``rollout``: a quarter each), ``--selected`` of them profiled (``groups={...: {"ranks": [...]}}``,
 default 8 + 5 + 5 = 18), step mode, backend ``--tool`` (``noop`` by default: 64 actors with torch
-do not fit beside other work on this machine). A step is ``ray.get([a.work.remote(ms) ...])`` on
+do not fit beside other work on this machine). A step is N phases (``--calls``, default a run with
+N = 1 and one with N = 3: rollout, log-probs, update), each ``ray.get([a.work.remote(ms) ...])`` on
 every actor: each sleeps ``--work-ms`` (a device computing; the host's CPU stays free). In each
 of ``--rounds`` rounds, ``--steps`` steps of each kind, in this order: the same loop with profctx
 not configured (the baseline), out-of-window steps, in-window steps; ratios are each round's
@@ -59,32 +60,34 @@ def _split(n: int) -> dict[str, int]:
     return {"actor": n // 2, "critic": n // 4, "rollout": n - n // 2 - n // 4}
 
 
-def _step(actors: Sequence[Any], ms: float) -> None:
-    ray.get([a.work.remote(ms) for a in actors])
+def _step(actors: Sequence[Any], ms: float, calls: int) -> None:
+    for _ in range(calls):  # one phase after another (rollout, log-probs, update), each on every actor
+        ray.get([a.work.remote(ms) for a in actors])
 
 
-def _steps(actors: Sequence[Any], steps: Sequence[int] | None, count: int, ms: float) -> float:
+def _steps(actors: Sequence[Any], steps: Sequence[int] | None, count: int, ms: float, calls: int) -> float:
     """Return the median wall time (ms) of ``count`` steps (``steps``: their numbers, or no step block)."""
     times = []
     for i in range(count):
         t0 = time.perf_counter()
         if steps is None:
-            _step(actors, ms)
+            _step(actors, ms, calls)
         else:
             with profctx.profile_step(steps[i]):
-                _step(actors, ms)
+                _step(actors, ms, calls)
         times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
 
 
 def bench_real(save: str, workers: int, selected: Sequence[int], tool: str, rounds: int, steps: int,
-               work_ms: float) -> None:
+               work_ms: float, calls: Sequence[int]) -> None:
     sizes = _split(workers)
     chosen = dict(zip(sizes, selected, strict=True))
     # A window as long as the in-window steps run: a window is held as its steps (100,000 steps cost
     # each process tens of milliseconds to check and hold at configure).
-    config = {"steps": f"1:{rounds * steps + 1}", "mode": "step", "tool": tool, "save_path": save, "run_id": "scale",
-              "groups": {name: {"ranks": list(range(k))} for name, k in chosen.items()}, "warmup": False}
+    config = {"steps": f"1:{len(calls) * rounds * steps + 1}", "mode": "step", "tool": tool, "save_path": save,
+              "run_id": "scale", "warmup": False,
+              "groups": {name: {"ranks": list(range(k))} for name, k in chosen.items()}}
     t0 = time.perf_counter()
     actors = [Probe.remote() for _ in range(workers)]  # type: ignore[attr-defined]
     ray.get([a.plain.remote() for a in actors])
@@ -107,41 +110,45 @@ def bench_real(save: str, workers: int, selected: Sequence[int], tool: str, roun
 
     registered = register()
     profctx.reset()
-    ratios_out, ratios_in, base_ms, out_ms, in_ms = [], [], [], [], []
     in_window = itertools.count(1)
     out_window = itertools.count(10**6)
     captured_steps = 0
-    _steps(actors, None, 2, work_ms)  # warm
-    for _ in range(rounds):
-        base = _steps(actors, None, steps, work_ms)
-        register()  # members keep the configuration they were given: a join that changes nothing
-        out = _steps(actors, [next(out_window) for _ in range(steps)], steps, work_ms)
-        inside = _steps(actors, [next(in_window) for _ in range(steps)], steps, work_ms)
-        captured_steps += steps
-        profctx.ray.flush()
-        profctx.reset()
-        base_ms.append(base)
-        out_ms.append(out)
-        in_ms.append(inside)
-        ratios_out.append(out / base)
-        ratios_in.append(inside / base)
-    records = [r for r in read(save) if r.get("event", "finished") and r.get("group") and r.get("status") == "ok"]
+    results = []
+    for per_step in calls:
+        ratios_out, ratios_in, base_ms, out_ms, in_ms = [], [], [], [], []
+        _steps(actors, None, 2, work_ms, per_step)  # warm
+        for _ in range(rounds):
+            base = _steps(actors, None, steps, work_ms, per_step)
+            register()  # members keep the configuration they were given: a join that changes nothing
+            out = _steps(actors, [next(out_window) for _ in range(steps)], steps, work_ms, per_step)
+            inside = _steps(actors, [next(in_window) for _ in range(steps)], steps, work_ms, per_step)
+            captured_steps += steps
+            profctx.ray.flush()
+            profctx.reset()
+            base_ms.append(base)
+            out_ms.append(out)
+            in_ms.append(inside)
+            ratios_out.append(out / base)
+            ratios_in.append(inside / base)
+        results.append((per_step, base_ms, out_ms, in_ms, ratios_out, ratios_in))
+    records = [r for r in read(save) if r.get("group") and r.get("status") == "ok"]
     expected = sum(selected) * captured_steps
     for a in actors:
         ray.kill(a)
-    print(f"\n## real: {workers} actors in three groups {sizes}, {sum(selected)} selected {chosen}, tool={tool!r}, "
-          f"step = one work({work_ms:g} ms) call to every actor; {rounds} rounds of {steps} steps of each kind "
-          f"(actors started in {started:.1f} s)")
+    print(f"\n## real: {workers} actors in three groups {sizes}, {sum(selected)} selected {chosen}, tool={tool!r}; "
+          f"a step is N phases, each one work({work_ms:g} ms) call to every actor; {rounds} rounds of {steps} steps "
+          f"of each kind (actors started in {started:.1f} s)")
     print("| what | ms | x | target |")
     print("|---|---:|---:|---|")
-    print(f"| step, profctx not configured (baseline) | {statistics.median(base_ms):.1f} | 1.00 | |")
-    print(f"| step out of the window, groups registered | {statistics.median(out_ms):.1f} "
-          f"| {statistics.median(ratios_out):.3f} ({min(ratios_out):.3f}-{max(ratios_out):.3f}) | ≤ 1.02 |")
-    print(f"| step in the window, {sum(selected)} members capture | {statistics.median(in_ms):.1f} "
-          f"| {statistics.median(ratios_in):.3f} ({min(ratios_in):.3f}-{max(ratios_in):.3f}) | ≤ 1.5 |")
+    for per_step, base_ms, out_ms, in_ms, ratios_out, ratios_in in results:
+        print(f"| N={per_step}: step, profctx not configured (baseline) | {statistics.median(base_ms):.1f} | 1.00 | |")
+        print(f"| N={per_step}: step out of the window, groups registered | {statistics.median(out_ms):.1f} "
+              f"| {statistics.median(ratios_out):.3f} ({min(ratios_out):.3f}-{max(ratios_out):.3f}) | <= 1.02 |")
+        print(f"| N={per_step}: step in the window, {sum(selected)} members capture | {statistics.median(in_ms):.1f} "
+              f"| {statistics.median(ratios_in):.3f} ({min(ratios_in):.3f}-{max(ratios_in):.3f}) | <= 1.5 |")
     print(f"| Ray: one no-op __ray_call__ to every actor | {ray_round * 1e3:.1f} | 1.00 | |")
     print(f"| group() of the three groups, fresh actors | {registered * 1e3:.1f} | {registered / ray_round:.2f} "
-          f"| ≤ 2 |")
+          f"| <= 2 |")
     print(f"\ncaptures recorded: {len(records)}, expected {expected} (one per selected member per in-window step)")
 
 
@@ -331,6 +338,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--work-ms", type=float, default=20.0)
+    parser.add_argument("--calls", default="1,3", help="phases per step (one call to every actor each), per run")
     parser.add_argument("--latency-ms", type=float, default=1.0)
     parser.add_argument("--sim-steps", type=int, default=100)
     args = parser.parse_args()
@@ -344,7 +352,7 @@ def main() -> None:
                          p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)}})
             try:
                 bench_real(save, args.workers, [int(k) for k in args.selected.split(",")], args.tool, args.rounds,
-                           args.steps, args.work_ms)
+                           args.steps, args.work_ms, [int(c) for c in args.calls.split(",")])
             finally:
                 ray.shutdown()
 

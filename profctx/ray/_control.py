@@ -87,14 +87,29 @@ def _settle(pending: list[Sent], ready: set[Any]) -> list[Sent]:
     """Report the ready calls, mark the late ones' members lost; return the calls still worth waiting for."""
     now = time.monotonic()
     left = []
+    report_all([s for s in pending if s.ref in ready])
     for s in pending:
         if s.ref in ready:
-            report(s)
-        elif now >= s.deadline:
+            continue
+        if now >= s.deadline:
             lose(s, f"no answer to '{s.what}' within {s.member.timeout:g}s")
         else:
             left.append(s)
     return left
+
+
+def report_all(sent: Sequence[Sent]) -> None:
+    """:func:`report` the answered calls ``sent``, with one ``ray.get`` for all of them when none failed."""
+    if not sent:
+        return
+    try:
+        answers = ray.get([s.ref for s in sent], timeout=0)
+    except Exception:  # noqa: BLE001 - one of them failed: each is read on its own to say which
+        for s in sent:
+            report(s)
+        return
+    for s, answer in zip(sent, answers, strict=True):
+        _answered(s, answer)
 
 
 def report(s: Sent) -> None:
@@ -110,8 +125,12 @@ def report(s: Sent) -> None:
         warn_once(f"control:{s.what}:{type(exc).__name__}", "profctx: a worker could not %s: %s", s.what,
                   message(exc))
     else:
-        if s.what == "enter step" and answer is False and s.member.joined_ok:
-            s.member.unjoined = True  # configured when it joined, not now: a new process (Ray restarted it)
+        _answered(s, answer)
+
+
+def _answered(s: Sent, answer: object) -> None:
+    if s.what == "enter step" and answer is False and s.member.joined_ok:
+        s.member.unjoined = True  # configured when it joined, not now: a new process (Ray restarted it)
 
 
 def lose(s: Sent, why: str) -> None:
