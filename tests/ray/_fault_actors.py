@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+import time
+from typing import Any, ClassVar
 
 import ray
 
 import profctx
+from profctx.backends import CaptureSpec, register
+from profctx.testing import RecordingBackend
 
 
 class Member:
@@ -48,3 +51,19 @@ def state(actor: Any) -> dict[str, Any]:
     """Run through ``__ray_call__``: what this member holds and imported."""
     return {"step": profctx.current().step, "torch": "torch" in sys.modules,
             "warm": "torch._dynamo" in sys.modules}
+
+
+class HangingStart(RecordingBackend):
+    """The recording backend, except that rank 1's capture start hangs for ``HANG_S`` (a profiler stuck in start)."""
+
+    name: ClassVar[str] = "hanging_start"
+    HANG_S: ClassVar[float] = 30.0
+
+    def start(self, spec: CaptureSpec) -> None:
+        if spec.identity.rank == 1:
+            time.sleep(self.HANG_S)
+        super().start(spec)
+
+
+# Registered wherever this module is imported: the driver (the test) and every member (Ray loads the classes).
+register(HangingStart.name, HangingStart)

@@ -17,7 +17,7 @@ from profctx.records import _manifest
 
 ray = pytest.importorskip("ray")
 pray = pytest.importorskip("profctx.ray")
-from _fault_actors import KINDS, Member, state  # noqa: E402 - after the skip: needs ray
+from _fault_actors import KINDS, HangingStart, Member, state  # noqa: E402 - after the skip: needs ray
 
 pytestmark = pytest.mark.slow
 
@@ -191,3 +191,60 @@ def test_an_async_driver_awaits_a_frozen_member_at_most_its_timeout(ray_cluster:
         for actor in actors:
             ray.kill(actor)
     assert len([r for r in _manifest.read(tmp_path) if r.get("lost")]) == 1
+
+
+def test_a_member_hung_in_its_step_entry_costs_one_control_timeout_and_is_recorded(
+        ray_cluster: Any, tmp_path: Path) -> None:
+    timeout = 2.0
+    profctx.configure(steps="1:9", mode="step", ranks="all", profile_driver=False, save_path=tmp_path,
+                      tool=HangingStart.name, warmup=False)
+    actors = [KINDS["threaded"]().remote() for _ in range(2)]  # rank 1's profiler start hangs for 30 s
+    try:
+        grp = pray.group("actor", actors, control_timeout=timeout)
+        walls = []
+        for step in (1, 2, 3):
+            t0 = time.monotonic()
+            with profctx.profile_step(step):
+                assert ray.get(actors[0].work.remote()) == step
+            walls.append(time.monotonic() - t0)
+        assert timeout <= walls[0] < 3 * timeout and max(walls[1:]) < timeout, walls  # waited once, boundedly
+        hung = grp.members[1]
+        assert hung.lost is not None and "no answer to 'enter step' within 2s" in hung.lost
+        assert pray.flush(timeout=1) == [True, False]  # the hung one is not called again
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+    records = _manifest.read(tmp_path)
+    (lost,) = [r for r in records if r.get("lost")]
+    assert (lost["target_group"], lost["target_rank"], lost["target_pid"], lost["step"]) == ("actor", 1, hung.pid, 1)
+    assert sorted(r["steps"][0] for r in records if r.get("group") == "actor" and r["rank"] == 0) == [1, 2, 3]
+
+
+def test_a_killed_member_is_recorded_lost_once_and_never_waited_for(ray_cluster: Any, tmp_path: Path) -> None:
+    profctx.configure(steps="1:9", mode="step", ranks="all", profile_driver=False, save_path=tmp_path,
+                      tool="recording", warmup=False)
+    actors = [ray.remote(num_cpus=0, max_restarts=0)(Member).remote() for _ in range(2)]
+    try:
+        grp = pray.group("actor", actors, control_timeout=5.0)
+        killed = grp.members[1]
+        assert killed.pid is not None
+        with profctx.profile_step(1):
+            assert ray.get([a.work.remote() for a in actors]) == [1, 1]
+        os.kill(killed.pid, signal.SIGKILL)
+        walls = []
+        for step in (2, 3, 4):
+            t0 = time.monotonic()
+            with profctx.profile_step(step):
+                assert ray.get(actors[0].work.remote()) == step
+            walls.append(time.monotonic() - t0)
+        assert max(walls) < 5.0, walls  # a death is an answer: no step waits out the control timeout
+        assert killed.dead and killed.lost is not None and killed.lost.startswith("died")
+        assert pray.flush(timeout=1) == [True, False]
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+    records = _manifest.read(tmp_path)
+    lost = [r for r in records if r.get("lost")]
+    assert [(r["target_group"], r["target_rank"], r["target_pid"]) for r in lost] == [("actor", 1, killed.pid)]
+    assert "died" in lost[0]["error"] and lost[0]["step"] in (1, 2)
+    assert sorted(r["steps"][0] for r in records if r.get("group") == "actor" and r["rank"] == 1) == [1]
