@@ -26,6 +26,7 @@ from ..core._layout import MANIFEST_DIR
 from ..process._block import current
 from ..process._owner import OWNER
 from ..process._propagate import _config_dict
+from ..records._listing import INDEX_SUFFIX
 from ..records._manifest import failed_call
 from ..util._files import is_regular, make_folders, write_file
 from ..util._log import logger, warn_once
@@ -389,8 +390,8 @@ def collect(runtime: Any, members: Sequence[Member]) -> int:
                 if root not in target.parents:
                     raise ValueError(f"{relative!r} is not under the save_path")
                 done = member.copied.get(relative, 0)
-                if size < done:  # rewritten (a shard recreated after it was deleted): start again
-                    done = 0
+                if size < done or (relative.endswith(INDEX_SUFFIX) and size != done):
+                    done = 0  # rewritten (a shard recreated, an index written anew at close): copied again whole
                 target.parent.mkdir(parents=True, exist_ok=True)
                 fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o666)
                 if not is_regular(fd) or os.fstat(fd).st_nlink != 1:  # a hard link: another file's bytes

@@ -28,6 +28,7 @@ from ..process import _api, _lifecycle
 from ..process._block import Held, hold
 from ..process._ondemand import OnDemand
 from ..process._owner import OWNER
+from ..records._listing import index_path
 from ..util._errors import ConfigError
 from ..util._log import logger, warn_once
 
@@ -234,10 +235,10 @@ def flush(actor: Any, timeout: float | None) -> bool:
 
 
 def listing(actor: Any) -> list[tuple[str, int]]:
-    """Return ``(path relative to save_path, size)`` of this worker's manifest shard and finished trace files.
+    """Return ``(path relative to save_path, size)`` of this worker's finished trace files, shard and listing index.
 
-    Traces first, the shard last: a driver copying in this order never shows a record whose
-    files are not there yet.
+    Traces first, then the shard, then its listing index (``profctx ls`` reads it to skip parsing
+    the shard): a driver copying in this order never shows a record whose files are not there yet.
     """
     runtime = OWNER.runtime
     writer = runtime.manifest_writer() if runtime is not None else None
@@ -256,7 +257,12 @@ def listing(actor: Any) -> list[tuple[str, int]]:
                 if record.get("event") == "finished" and path.is_file():
                     files[str(entry["path"])] = path.stat().st_size
     out = sorted(files.items())
+    index = index_path(writer.path)
+    # The index's size is taken before the shard's: it never describes shard bytes the copy lacks.
+    indexed = index.stat().st_size if index.is_file() else None
     out.append((str(writer.path.relative_to(root)), writer.path.stat().st_size))
+    if indexed is not None:
+        out.append((str(index.relative_to(root)), indexed))
     return out
 
 

@@ -322,6 +322,10 @@ def test_workers_without_the_drivers_file_system_send_their_files_at_step_end(
     assert steps == [2, 3]
     shards = sorted(p.name for p in (driver_root / ".profctx").glob("*.jsonl"))
     assert shards == sorted(p.name for p in (elsewhere / ".profctx").glob("*.jsonl"))
+    # The shards' listing indexes come too (profctx ls reads them instead of parsing every line).
+    indexes = sorted((elsewhere / ".profctx").glob("*.jsonl.index"))
+    assert indexes and [(driver_root / ".profctx" / p.name).read_bytes() for p in indexes] == [
+        p.read_bytes() for p in indexes]
     ray.kill(worker)
 
 
