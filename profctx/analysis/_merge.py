@@ -71,6 +71,8 @@ _EPOCH_US: Final = 1e15
 #: Metadata events replaced by the merged trace's own names.
 _RENAMED: Final = frozenset({"process_name", "process_labels", "process_sort_index", "thread_name",
                              "thread_sort_index"})
+#: How Ray's process title of a worker ends while it runs profctx's control call (``ActorHandle.__ray_call__``).
+RAY_CONTROL_CALL: Final = ".__ray_call__"
 #: Key, among an input's pids, of torch's string pseudo-processes ("Spans", "Traces", "").
 _MAIN: Final = "\0main"
 #: Thread, in each merged process, holding one span per capture.
@@ -273,8 +275,13 @@ class _Process:
 
     def metadata(self, name: str) -> list[dict[str, Any]]:
         """Return the ``M`` events naming this process and each of its threads."""
-        if self.original_name and self.original_name not in ("python", ""):
-            name = f"{name} · {self.original_name}"
+        original = self.original_name
+        if original and original.endswith(RAY_CONTROL_CALL):
+            # Ray titles a worker by the task it runs: a capture that profctx's control call started
+            # would be named after that call, not after the worker (``ray::Trainer``).
+            original = original[: -len(RAY_CONTROL_CALL)]
+        if original and original not in ("python", ""):
+            name = f"{name} · {original}"
         events: list[dict[str, Any]] = [
             {"ph": "M", "name": "process_name", "pid": self.pid, "tid": 0, "ts": 0, "args": {"name": name}},
             {"ph": "M", "name": "process_labels", "pid": self.pid, "tid": 0, "ts": 0,

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import profctx
+from profctx.cli import main
 from profctx.records import _manifest
 
 ray = pytest.importorskip("ray")
@@ -322,6 +323,11 @@ def test_workers_without_the_drivers_file_system_send_their_files_at_step_end(
     assert steps == [2, 3]
     shards = sorted(p.name for p in (driver_root / ".profctx").glob("*.jsonl"))
     assert shards == sorted(p.name for p in (elsewhere / ".profctx").glob("*.jsonl"))
+    # A merged trace names the worker by its actor class, not by the control call that started its capture.
+    assert main(["merge", str(driver_root), "-o", str(tmp_path / "merged.json")]) == 0
+    names = [e["args"]["name"] for e in json.loads((tmp_path / "merged.json").read_text())["traceEvents"]
+             if e.get("ph") == "M" and e.get("name") == "process_name"]
+    assert any("ray::Plain" in n for n in names) and not any("__ray_call__" in n for n in names), names
     # The shards' listing indexes come too (profctx ls reads them instead of parsing every line).
     indexes = sorted((elsewhere / ".profctx").glob("*.jsonl.index"))
     assert indexes and [(driver_root / ".profctx" / p.name).read_bytes() for p in indexes] == [
