@@ -209,7 +209,7 @@ def render_summary(result: Summary, style: Style) -> str:
     empty = [c for c in result.captures if c.empty]
     if empty:
         out += ["", style(f"{len(empty)} capture(s) hold no operator: "
-                          + ", ".join(f"step {c.record.step} {c.record.role or 'step'} {c.record.who}"
+                          + ", ".join(f"step {c.record.step} {c.record.role or 'step'} {c.process or c.record.who}"
                                       for c in empty[:5]), "yellow")]
     for problem in result.problems[:10]:
         out.append(style(f"problem: {problem}", "red"))

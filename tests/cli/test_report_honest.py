@@ -138,3 +138,10 @@ def test_a_worker_capture_without_operators_is_still_flagged(run: Path, tmp_path
     text = out.read_text(encoding="utf-8")
     assert "1 capture(s) hold no operator" in text and "actor rank 1" in text
     assert 'class="bar st-ok empty"' in text
+
+
+def test_summary_calls_the_driver_driver_in_every_line(run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["summary", str(run)]) == 0
+    text = capsys.readouterr().out
+    (line,) = [line for line in text.splitlines() if "hold no operator" in line]
+    assert "step 1 step driver" in line and "rank 0" not in line, line
