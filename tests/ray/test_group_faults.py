@@ -238,13 +238,14 @@ def test_a_killed_member_is_recorded_lost_once_and_never_waited_for(ray_cluster:
                 assert ray.get(actors[0].work.remote()) == step
             walls.append(time.monotonic() - t0)
         assert max(walls) < 5.0, walls  # a death is an answer: no step waits out the control timeout
-        assert killed.dead and killed.lost is not None and killed.lost.startswith("died")
+        # flush() waits for the answers still owed (a sync member's are read late): the death is one of them.
         assert pray.flush(timeout=1) == [True, False]
+        assert killed.dead and killed.lost is not None and killed.lost.startswith("died")
     finally:
         for actor in actors:
             ray.kill(actor)
     records = _manifest.read(tmp_path)
     lost = [r for r in records if r.get("lost")]
     assert [(r["target_group"], r["target_rank"], r["target_pid"]) for r in lost] == [("actor", 1, killed.pid)]
-    assert "died" in lost[0]["error"] and lost[0]["step"] in (1, 2)
+    assert "died" in lost[0]["error"] and lost[0]["step"] in (1, 2, 3, 4)
     assert sorted(r["steps"][0] for r in records if r.get("group") == "actor" and r["rank"] == 1) == [1]
