@@ -75,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     profiled = sorted({int(r["step"]) for r in records if isinstance(r.get("step"), int)})
     a, b = (profiled[0], profiled[-1]) if len(profiled) > 1 else ("A", "B")
     print(f"      profctx diff {options.save_path} --steps {a} {b}   (what changed between two steps)")
+    print(f"      profctx timeline {options.save_path}      (every step's time and phases, profiled or not)")
     return OK if records and all(r.get("status") == "ok" for r in records) else FINDINGS
 
 
