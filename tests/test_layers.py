@@ -201,6 +201,11 @@ def test_no_import_cycle_counting_type_and_function_imports() -> None:
     assert cycle is None, "import cycle: " + " -> ".join(cycle or ())
 
 
+def test_cycle_finder_reports_a_cycle() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
 def _graph_of(sources: dict[str, str]) -> dict[str, dict[str, tuple[str, int]]]:
     paths = {name: Path(f"/{name.replace('.', '/')}.py") for name in sources}
     graph: dict[str, dict[str, tuple[str, int]]] = {}

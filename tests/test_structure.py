@@ -404,46 +404,6 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """Return one cycle of ``graph`` as a path (first node repeated last), or ``None``."""
-    colour: dict[str, int] = {}
-    stack: list[str] = []
-
-    def walk(node: str) -> list[str] | None:
-        colour[node] = 1
-        stack.append(node)
-        for nxt in sorted(graph.get(node, ())):
-            if colour.get(nxt) == 1:
-                return [*stack[stack.index(nxt):], nxt]
-            if colour.get(nxt) is None:
-                found = walk(nxt)
-                if found:
-                    return found
-        stack.pop()
-        colour[node] = 2
-        return None
-
-    for node in sorted(graph):
-        if colour.get(node) is None:
-            found = walk(node)
-            if found:
-                return found
-    return None
-
-
-def test_no_import_cycles() -> None:
-    graph = import_graph()
-    owner = "profctx.process._owner"
-    assert owner in graph["profctx.process._runtime"] or owner in graph["profctx.process._block"]
-    cycle = find_cycle(graph)
-    assert cycle is None, "import cycle: " + " -> ".join(cycle or ())
-
-
-def test_cycle_finder_reports_a_cycle() -> None:
-    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
-    assert find_cycle({"a": {"b"}, "b": set()}) is None
-
-
 def test_type_checking_and_function_imports_are_not_edges(tmp_path: Path) -> None:
     source = tmp_path / "m.py"
     source.write_text("from typing import TYPE_CHECKING\nfrom . import a\nif TYPE_CHECKING:\n    from . import b\n"
