@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..core._layout import MANIFEST_DIR
+from ..util._units import seconds_text as _secs
 from ..util._untrusted import UnsafeFileError, inside, open_regular, too_deep
 
 #: How a timeline file's name ends (see :mod:`profctx.process._timeline`).
@@ -448,9 +449,3 @@ def flags(row: StepRow) -> str:
     return _flags(row)
 
 
-def _secs(s: float) -> str:
-    if s < 1e-3:
-        return f"{s * 1e6:.0f} us"
-    if s < 1:
-        return f"{s * 1e3:.3g} ms"
-    return f"{s:.3g} s"

@@ -32,6 +32,7 @@ from ..core._layout import MANIFEST_DIR, safe
 from ..core._scope import role_parts
 from ..util._files import create, make_folders, open_folder
 from ..util._log import warn_once
+from ..util._units import seconds_text as _time
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -321,14 +322,6 @@ def _add(roles: dict[str, list[float]], raw: Any, seconds: Any, count: int) -> N
         found = roles.setdefault(name, [0.0, 0])
     found[0] += seconds
     found[1] += count
-
-
-def _time(seconds: float) -> str:
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.0f} us"
-    if seconds < 1:
-        return f"{seconds * 1e3:.3g} ms"
-    return f"{seconds:.3g} s"
 
 
 def summary(totals: Totals, identity: Identity, dropped: int = 0) -> str:
