@@ -41,7 +41,7 @@ def test_a_process_that_cannot_capture_never_imports_the_backend(tmp_path: Path)
 
 UNSELECTED_TOOLS = """
     import sys, profctx
-    for tool in ("nsys", "torch_memory", "npu", "torch"):
+    for tool in ("nsys", "torch_memory", "npu", "torch", "auto"):
         profctx.configure(steps=[1], ranks=[1], rank=0, save_path=sys.argv[1], tool=tool)  # an unselected rank
         with profctx.profile_step(1), profctx.profile_step(role="update"):
             pass

@@ -230,9 +230,8 @@ class Runtime:
         self.window = config.steps or StepWindow()
         #: The window's steps: a C-level membership test for the blocks that open nothing (``_block``).
         self.in_window = frozenset(self.window.steps)
-        self.tool, self.tool_note = choose_tool(config.tool)
-        if self.tool_note is not None:
-            logger.info("profctx: %s", self.tool_note)
+        #: The tool and why ``auto`` chose it; ``auto`` is chosen when first asked (:attr:`tool`).
+        self._tool: tuple[str, str | None] | None = None if config.tool == "auto" else (config.tool, None)
         self._backend: Any = None
         self.save_path = Path(config.save_path).expanduser().absolute()
         with contextlib.suppress(OSError):  # marks a configured save_path: `profctx ls` says "no capture yet"
@@ -283,6 +282,30 @@ class Runtime:
         #: Every step's wall time and its top-level roles' (``_timeline``), written unless ``timeline=False``.
         self.timeline: Timeline | None = (Timeline(self, write=config.timeline, totals=config.summary_at_exit)
                                           if config.timeline or config.summary_at_exit else None)
+
+    @property
+    def tool(self) -> str:
+        """The tool this process captures with (``auto`` resolved: torch_npu probed here, on first use)."""
+        return (self._tool or self._choose_tool())[0]
+
+    @tool.setter
+    def tool(self, value: str) -> None:  # settable: the capture and on-demand protocols name a plain attribute
+        self._tool = (value, None)
+
+    @property
+    def tool_note(self) -> str | None:
+        """Why ``auto`` chose :attr:`tool` (``None`` for a named tool)."""
+        return (self._tool or self._choose_tool())[1]
+
+    def _choose_tool(self) -> tuple[str, str | None]:
+        # Only a process that captures asks: one that cannot never imports torch_npu for "auto".
+        with self._lock:
+            chosen = self._tool
+            if chosen is None:
+                chosen = self._tool = choose_tool(self.config.tool)
+                if chosen[1] is not None:
+                    logger.info("profctx: %s", chosen[1])
+            return chosen
 
     @property
     def backend(self) -> Any:
