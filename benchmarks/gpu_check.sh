@@ -71,6 +71,7 @@ EOF
   snap=$(find "$runs/memory" -name '*.pickle' | head -1)
   timeout 60 python3 -m torch.cuda._memory_viz trace_plot "$snap" -o "$runs/memory.html"; echo "rc=$? $(stat -c %s "$runs/memory.html" 2>/dev/null)"
 } >"$out/analysis.txt" 2>&1
+tar czf "$out/runs.tgz" -C "$runs" --exclude='*.html' . 2>/dev/null
 
 {
   nsys=$(command -v nsys || find / -xdev -name nsys -type f -perm -u+x 2>/dev/null | head -1)
@@ -82,9 +83,8 @@ EOF
   fi
 } >"$out/nsys.txt" 2>&1
 
-timeout 150 python3 -m pytest -q -p no:cacheprovider -m "not ray" tests/backends tests/test_torch_backend.py \
+timeout 120 python3 -m pytest -q -p no:cacheprovider -m "not ray" tests/backends tests/test_torch_backend.py \
   tests/analysis/test_real_traces.py tests/cli/test_hta.py tests/cli/test_hta_layout.py tests/test_steps.py \
   >"$out/tests.txt" 2>&1
 tail -5 "$out/tests.txt"
-tar czf "$out/runs.tgz" -C "$runs" --exclude='*.html' . 2>/dev/null
 ls -la "$out"
