@@ -17,13 +17,16 @@ class Scope:
     ``role`` is its innermost entry and ``path`` its ``/``-joined rendering.
     """
 
-    __slots__ = ("_kids", "_tags", "roles", "step")
+    __slots__ = ("_kids", "_quiet", "_tags", "roles", "step")
 
     step: int | None
     roles: tuple[str, ...]
     _tags: tuple[tuple[str, Any], ...]
     #: Role-only children kept for reuse (:func:`keep`); not part of the value.
     _kids: dict[str, Scope] | None
+    #: On a kept child: the runtime's policies under which its role path draws nothing in an
+    #: in-window step outside any capture (:func:`mark_quiet`); not part of the value.
+    _quiet: object
 
     def __init__(
         self,
@@ -63,7 +66,7 @@ class Scope:
         new.step = self.step if step is None else step
         new.roles = self.roles if role is None else self.roles + role_parts(role)
         new._tags = merge_tags(self._tags, tags) if tags else self._tags
-        new._kids = None
+        new._kids = new._quiet = None
         new.__class__ = Scope  # type: ignore[assignment]
         return new  # type: ignore[return-value]
 
@@ -107,15 +110,16 @@ class Unfrozen:
     descriptors (its ``__setattr__`` refuses plain assignment) costs about three times as much
     as plain assignment here followed by one ``__class__`` change (the two classes have the
     same slots, so CPython allows it; ``tests/test_scope.py`` checks what comes out). Keep the
-    two ``__slots__`` alike, and set ``_kids`` (``None``) too.
+    two ``__slots__`` alike, and set ``_kids`` and ``_quiet`` (``None``) too.
     """
 
-    __slots__ = ("_kids", "_tags", "roles", "step")
+    __slots__ = ("_kids", "_quiet", "_tags", "roles", "step")
 
     step: int | None
     roles: tuple[str, ...]
     _tags: tuple[tuple[str, Any], ...]
     _kids: dict[str, Scope] | None
+    _quiet: object
 
 
 def merge_tags(base: tuple[tuple[str, Any], ...], tags: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -128,6 +132,7 @@ _SET_STEP = Scope.__dict__["step"].__set__
 _SET_ROLES = Scope.__dict__["roles"].__set__
 _SET_TAGS = Scope.__dict__["_tags"].__set__
 _SET_KIDS = Scope.__dict__["_kids"].__set__
+_SET_QUIET = Scope.__dict__["_quiet"].__set__
 
 
 def _init(scope: Scope, step: int | None, roles: tuple[str, ...], tags: tuple[tuple[str, Any], ...]) -> None:
@@ -135,6 +140,7 @@ def _init(scope: Scope, step: int | None, roles: tuple[str, ...], tags: tuple[tu
     _SET_ROLES(scope, roles)
     _SET_TAGS(scope, tags)
     _SET_KIDS(scope, None)
+    _SET_QUIET(scope, None)
 
 
 #: Role-only children a scope keeps (:func:`keep`); past this many it forgets them all and starts over.
@@ -146,12 +152,10 @@ def keep(parent: Scope, role: str, child: Scope) -> None:
 
     Blocks repeat: the role blocks of a step, the ``@profiled`` calls of a loop. Handing back the
     same immutable child costs a dict lookup where building one costs several stores. Bounded
-    per parent (:data:`KIDS_MAX`), and it goes with the parent; never on :data:`ROOT`, which
-    outlives ``profctx.reset()`` (that leaves no state behind) and whose children (step scopes) rarely repeat.
+    per parent (:data:`KIDS_MAX`), and it goes with the parent; :data:`ROOT`'s, which would
+    outlive the configuration, are dropped by ``profctx.reset()`` (:func:`forget`).
     Thread-safe: a dict's item access is atomic, and a lost entry costs one rebuild.
     """
-    if parent is ROOT:
-        return
     kids = getattr(parent, "_kids", None)  # unset on a scope filled in without it
     if kids is None:
         _SET_KIDS(parent, {role: child})
@@ -159,6 +163,20 @@ def keep(parent: Scope, role: str, child: Scope) -> None:
     if len(kids) >= KIDS_MAX:
         kids.clear()
     kids[role] = child
+
+
+def forget(scope: Scope) -> None:
+    """Drop the children ``scope`` keeps (``profctx.reset()`` on :data:`ROOT`: it leaves no state behind)."""
+    _SET_KIDS(scope, None)
+
+
+def mark_quiet(scope: Scope, policies: object) -> None:
+    """Note on ``scope`` (a kept child) that its role path draws nothing under ``policies`` (see ``Scope._quiet``).
+
+    A role block then tests ``scope._quiet is runtime._policies``: one identity test where a
+    dict lookup hashed the role path (about 100 ns a block, measured with ``bench_blocks.py``).
+    """
+    _SET_QUIET(scope, policies)
 
 
 def _freeze(value: Any) -> Any:
@@ -202,6 +220,6 @@ def under(scope: Scope, base: Scope) -> Scope:
     new.step = base.step
     new.roles = base.roles + scope.roles if base.roles else scope.roles
     new._tags = merge_tags(base._tags, dict(scope._tags))
-    new._kids = None
+    new._kids = new._quiet = None
     new.__class__ = Scope  # type: ignore[assignment]
     return new  # type: ignore[return-value]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ..backends import backend_class, check_config, known, resolve_tool
 from ..backends._base import named_unselected
 from ..core._config import ProfilerConfig, from_environment, load
+from ..core._scope import ROOT, forget
 from ..util import _log
 from ..util._errors import ConfigError, one_of
 from . import _lifecycle
@@ -101,6 +102,7 @@ def reset() -> None:
     """
     _shutdown()
     OWNER.end()
+    forget(ROOT)  # the role scopes kept for top-level role blocks (_scope.keep)
     engines = sys.modules.get("profctx.engines._attach")  # imported only once engines are used
     if engines is not None:
         engines.end()

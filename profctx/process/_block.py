@@ -9,7 +9,7 @@ from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import Any, final
 
-from ..core._scope import ROOT, SCOPE, Scope, Unfrozen, keep, merge_tags, role_parts, under
+from ..core._scope import ROOT, SCOPE, Scope, Unfrozen, keep, mark_quiet, merge_tags, role_parts, under
 from ..util._errors import ConfigError
 from ._api import configure_from_environment
 from ._capture import Capture, Range
@@ -304,12 +304,16 @@ def enter_role(role: str) -> Token[Scope] | None:
         return None
     parent = SCOPE.get()
     scope = _role_child(parent, role)
-    roles = scope.roles
-    # rt.role_block's answer kept for the policies in force (Runtime.quiet), with its window test: no Python call.
-    if rt.quiet.get(roles) is rt._policies and not rt.deferred and parent.step in rt.in_window:
+    # rt.role_block's answer kept on the kept child for the policies in force (Scope._quiet), with its
+    # window test: no Python call.
+    if scope._quiet is rt._policies and not rt.deferred and parent.step in rt.in_window:
         return SCOPE.set(scope)
+    roles = scope.roles
     if rt.role_block(None, parent.step, roles) != "":
         return None
+    quiet = rt.quiet.get(roles)
+    if quiet is not None:
+        mark_quiet(scope, quiet)
     return SCOPE.set(scope)
 
 
@@ -327,7 +331,7 @@ def _role_child(parent: Scope, role: str) -> Scope:
     new.step = parent.step
     new.roles = parent.roles + role_parts(role)
     new._tags = parent._tags
-    new._kids = None
+    new._kids = new._quiet = None
     new.__class__ = Scope  # type: ignore[assignment]
     keep(parent, role, new)  # type: ignore[arg-type]
     return new  # type: ignore[return-value]
@@ -395,12 +399,13 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
         return session
 
     def __enter__(self) -> Scope:
-        # A held step (a Ray worker inside its driver's step) nests blocks under it: Session does that.
         owner = OWNER
         held = owner.held
-        # A step marked by ``profctx.Steps`` out of the window (its ``session`` is None) opens nothing
-        # either: such blocks take the fast path too, and ``current()`` adds the held step when read.
-        if owner.env_read and (held is None or held.session is None) and self._entered is None:
+        # The fast path, for blocks that open nothing and role blocks an in-window step draws nothing or
+        # a range for (no Session). Most blocks of a run take it, so its tests, the child scope and the
+        # timeline are written out here (no Python call). A step marked by ``profctx.Steps`` out of the
+        # window (its ``session`` is None) opens nothing either: ``current()`` adds it when read.
+        if (held is None or held.session is None) and owner.env_read and self._entered is None:
             step = self._step
             role = self._role
             if (step is not None and (type(step) is not int or step < 0)) or (
@@ -408,22 +413,35 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
             ):
                 # Raises, or returns a numpy/tensor integer as an int (an int or str subclass passes through).
                 step = self._step = check(step, role)
-            # Nothing can open without a runtime, nor out of the window when no stop is pending
-            # (``rt.deferred``) and no contiguous run waits for a step block to close it
-            # (``rt.run``): only the ambient scope changes (no Session). Most blocks of a run take
-            # this path, so the test and the child scope are written out here (no Python call).
             rt = owner.runtime
             parent = SCOPE.get()
-            at = parent.step if step is None else step
-            if at is None and held is not None:
-                at = held.step
-            if step is not None and rt is not None and rt.watch is not None:
-                rt.watch(step)  # the anomaly watch (``auto_capture``): it may add this step to the window
-            if rt is None or (not rt.deferred and at not in rt.in_window
-                              and (step is None or rt.run is None)):  # rt.opens_nothing(...), written out
+            if step is not None:
+                if rt is not None and rt.watch is not None:
+                    rt.watch(step)  # the anomaly watch (``auto_capture``): it may add this step to the window
+                # Runtime.opens_nothing(step, True), written out: busy_steps holds the window's steps, or
+                # every step while a stop is pending or a contiguous run waits for a step block to close it.
+                if rt is None or step not in rt.busy_steps:
+                    tags = self._tags
+                    new = Unfrozen()
+                    new.step = owner.last_step = step  # one store per step: the step named should nothing be captured
+                    new.roles = parent.roles if role is None else parent.roles + role_parts(role)
+                    new._tags = merge_tags(parent._tags, tags) if tags else parent._tags
+                    new._kids = None  # (``_quiet`` is read on kept children only: one store less)
+                    new.__class__ = Scope  # type: ignore[assignment]
+                    self._entered = SCOPE.set(new)  # type: ignore[arg-type]
+                    if rt is not None and parent.step is None and held is None:  # timed (_clock_in, written out)
+                        timeline = rt.timeline
+                        if timeline is not None:
+                            self._tl = timeline
+                            self._t0 = _clock()
+                    return new  # type: ignore[return-value]
+            else:
+                at = parent.step
+                if at is None and held is not None:
+                    at = held.step
                 tags = self._tags
-                if step is None and role is not None and not tags and parent is not ROOT:
-                    # A role block: the child its parent keeps (ROOT keeps none, see _scope.keep).
+                if role is not None and not tags:
+                    # A role-only block: the child its parent keeps (_role_child, written out).
                     try:
                         kids = parent._kids
                     except AttributeError:  # a scope filled in without it
@@ -431,79 +449,42 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
                     child = kids.get(role) if kids else None
                     if child is None:
                         child = _role_child(parent, role)
-                    self._entered = SCOPE.set(child)
-                    if rt is not None:  # the timeline: a role directly under the step (_clock_in, written out)
+                    if rt is None or at not in rt.busy_roles:  # Runtime.opens_nothing(at, False), written out
+                        self._entered = SCOPE.set(child)
+                        if rt is not None and at is not None and not parent.roles:  # timed (_clock_in)
+                            timeline = rt.timeline
+                            if timeline is not None:
+                                self._tl = timeline
+                                self._t0 = _clock()
+                        return child
+                    if held is None:
+                        return self._in_window(owner, rt, parent, at, child)
+                elif rt is None or at not in rt.busy_roles:
+                    new = Unfrozen()
+                    new.step = parent.step
+                    new.roles = parent.roles if role is None else parent.roles + role_parts(role)
+                    new._tags = merge_tags(parent._tags, tags) if tags else parent._tags
+                    new._kids = None
+                    new.__class__ = Scope  # type: ignore[assignment]
+                    self._entered = SCOPE.set(new)  # type: ignore[arg-type]
+                    if rt is not None and role is not None and at is not None and not parent.roles:  # timed
                         timeline = rt.timeline
-                        if timeline is not None and at is not None and not parent.roles:
+                        if timeline is not None:
                             self._tl = timeline
                             self._t0 = _clock()
-                    return child
-                new = Unfrozen()
-                if step is None:
-                    new.step = parent.step
-                else:  # a step block: one store per step, the step named should nothing be captured
-                    new.step = owner.last_step = step
-                new.roles = parent.roles if role is None else parent.roles + role_parts(role)
-                new._tags = merge_tags(parent._tags, tags) if tags else parent._tags
-                new._kids = None
-                new.__class__ = Scope  # type: ignore[assignment]
-                self._entered = SCOPE.set(new)  # type: ignore[arg-type]
-                if rt is not None:  # the timeline: a step, or a role directly under the step (_clock_in, written out)
-                    timeline = rt.timeline
-                    if timeline is not None and (parent.step is None and held is None if step is not None
-                                                 else role is not None and at is not None and not parent.roles):
-                        self._tl = timeline
-                        self._t0 = _clock()
-                return new  # type: ignore[return-value]
-            if step is None and role is not None and held is None:
-                # A role that opens nothing, or is a range of a live capture: drawn here (no Session).
-                tags = self._tags
-                if tags:
+                    return new  # type: ignore[return-value]
+                elif role is not None and held is None:
                     new = Unfrozen()
                     new.step = at
                     new.roles = parent.roles + role_parts(role)
                     new._tags = merge_tags(parent._tags, tags)
-                    new._kids = None
+                    new._kids = new._quiet = None
                     new.__class__ = Scope  # type: ignore[assignment]
-                    scope: Scope = new  # type: ignore[assignment]
-                else:  # the child its parent keeps (_role_child, written out)
-                    try:
-                        kids = parent._kids
-                    except AttributeError:  # a scope filled in without it
-                        kids = None
-                    found = kids.get(role) if kids else None
-                    scope = _role_child(parent, role) if found is None else found
-                capture = CONTEXT.get()
-                roles = scope.roles
-                # Runtime.role_block's answer kept for the policies in force (Runtime.quiet): no Python
-                # call, and the gate (Owner.open_gate) written out.
-                if capture is None and not rt.deferred and rt.quiet.get(roles) is rt._policies:
-                    owner.gate.append(self)
-                    if not owner._lit:
-                        owner.refresh()
-                    self._entered = (SCOPE.set(scope), None, None)
-                    timeline = rt.timeline  # _clock_in, written out: a role directly under the step
-                    if timeline is not None and at is not None and not parent.roles:
-                        self._tl = timeline
-                        self._t0 = _clock()
-                    return scope
-                name = rt.role_block(capture, at, roles)
-                if name is not None:
-                    owner.open_gate(self)
-                    entry: Range | None = None
-                    try:
-                        if name and capture is not None:
-                            entry = capture.open_range(name)
-                        self._entered = (SCOPE.set(scope), capture, entry)
-                        self._clock_in(parent)
-                        return scope
-                    except BaseException:
-                        try:
-                            if entry is not None and capture is not None:
-                                capture.close_range(entry)
-                        finally:
-                            owner.close_gate(self)
-                        raise
+                    return self._in_window(owner, rt, parent, at, new)  # type: ignore[arg-type]
+        return self._enter_session()
+
+    def _enter_session(self) -> Scope:
+        """Enter through a Session: open what the plan asks for, start engines, make the scope ambient."""
         parent = SCOPE.get()
         session = self._new()
         tokens: Tokens | None = None
@@ -515,6 +496,49 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
             self._entered = self._tokens = None
             if tokens is not None:  # started, then interrupted: the with-body will not run
                 session.finish(tokens, in_flight=True)
+            raise
+
+    def _in_window(self, owner: Any, rt: Runtime, parent: Scope, at: int | None, scope: Scope) -> Scope:
+        """Enter a role block of an in-window step: nothing or a range of the live capture, else a Session.
+
+        The block keeps the gate open while it runs (``@profiled`` switches stay on, also in a
+        task that outlives its step block).
+        """
+        capture = CONTEXT.get()
+        # Runtime.role_block's answer, kept on the kept child for the policies in force
+        # (Scope._quiet): one identity test, and the gate (Owner.open_gate) written out.
+        if capture is None and scope._quiet is rt._policies and not rt.deferred:
+            owner.gate.append(self)
+            if not owner._lit:
+                owner.refresh()
+            self._entered = (SCOPE.set(scope), None, None)
+            timeline = rt.timeline  # _clock_in, written out: a role directly under the step
+            if timeline is not None and at is not None and not parent.roles:
+                self._tl = timeline
+                self._t0 = _clock()
+            return scope
+        roles = scope.roles
+        name = rt.role_block(capture, at, roles)
+        if name is None:
+            return self._enter_session()
+        if not name and capture is None:
+            quiet = rt.quiet.get(roles)
+            if quiet is not None:  # the next block of this role (its kept child) takes the test above
+                mark_quiet(scope, quiet)
+        owner.open_gate(self)
+        entry: Range | None = None
+        try:
+            if name and capture is not None:
+                entry = capture.open_range(name)
+            self._entered = (SCOPE.set(scope), capture, entry)
+            self._clock_in(parent)
+            return scope
+        except BaseException:
+            try:
+                if entry is not None and capture is not None:
+                    capture.close_range(entry)
+            finally:
+                owner.close_gate(self)
             raise
 
     def __exit__(

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, final
 
 from ..backends import CaptureSpec, backend_class, choose_tool
 from ..core._config import ProfilerConfig
@@ -230,6 +230,12 @@ class Runtime:
         self.window = config.steps or StepWindow()
         #: The window's steps: a C-level membership test for the blocks that open nothing (``_block``).
         self.in_window = frozenset(self.window.steps)
+        #: What the block fast path (``_block``) looks a block's step up in, one C-level test for
+        #: everything that makes a block do more than change the scope (:meth:`_refresh_fast`): the
+        #: window's steps, or :data:`EVERY` while a stop is pending (``deferred``) and, for step
+        #: blocks, while a contiguous run is open (``run``).
+        self.busy_steps: frozenset[int] | Every = self.in_window
+        self.busy_roles: frozenset[int] | Every = self.in_window
         #: The tool and why ``auto`` chose it; ``auto`` is chosen when first asked (:attr:`tool`).
         self._tool: tuple[str, str | None] | None = None if config.tool == "auto" else (config.tool, None)
         self._backend: Any = None
@@ -257,7 +263,8 @@ class Runtime:
         #: either rank selection and with or without engines, each with the ``_policies`` dict it was
         #: decided under (role_block() fills it). That dict is replaced whole when policies change and
         #: only ever filled in place, so an entry holds while ``quiet[roles] is _policies``: the role
-        #: blocks of ``_block`` test that themselves (one lookup, no Python call).
+        #: blocks of ``_block`` note it on the child scope their parent keeps (``Scope._quiet``) and
+        #: test that themselves (one identity test, no Python call).
         self.quiet: dict[tuple[str, ...], dict[bool, Policy]] = {}
         self._manifest: ManifestWriter | None = None
         self._lock = threading.RLock()
@@ -362,6 +369,7 @@ class Runtime:
         with self._lock:
             self.window = window
             self.in_window = frozenset(window.steps)
+            self._refresh_fast()
 
     def swap_policies(self, policies: dict[bool, Policy]) -> None:
         """Decide with ``policies`` from now on (by whether the config selects this rank; empty: the config's).
@@ -403,7 +411,16 @@ class Runtime:
         ``profile_step.__enter__`` writes this test out itself (one Python call less per block):
         keep the two alike.
         """
-        return not self.deferred and step not in self.in_window and not (sets_step and self.run is not None)
+        return step not in (self.busy_steps if sets_step else self.busy_roles)
+
+    def _refresh_fast(self) -> None:
+        """Recompute :attr:`busy_steps` and :attr:`busy_roles` (after ``in_window``, ``run`` or ``deferred`` changed).
+
+        Under the lock, so that the last of two concurrent changes stores what both left.
+        """
+        with self._lock:
+            self.busy_roles = EVERY if self.deferred else self.in_window
+            self.busy_steps = EVERY if self.deferred or self.run is not None else self.in_window
 
     def role_block(self, context: Capture | None, step: int | None, roles: tuple[str, ...]) -> str | None:
         """Return the range a block that only adds a role draws in ``context``, when that is all it does.
@@ -502,6 +519,7 @@ class Runtime:
             if actions.keep_run:
                 with self._lock:
                     self.run = capture
+                    self._refresh_fast()
             else:
                 opened.owned = capture
             capture.begin()
@@ -509,6 +527,7 @@ class Runtime:
                 with self._lock:
                     if self.run is capture:
                         self.run = None
+                        self._refresh_fast()
             opened.target = capture
         opened.closes_run = actions.close_run_at_exit
         target = opened.target
@@ -550,6 +569,7 @@ class Runtime:
         """End the open contiguous capture, if any."""
         with self._lock:
             capture, self.run = self.run, None
+            self._refresh_fast()
         if capture is not None:
             capture.end(in_flight=in_flight)
 
@@ -598,6 +618,7 @@ class Runtime:
         with self._lock:
             if capture not in self.deferred:
                 self.deferred.append(capture)
+                self._refresh_fast()
 
     def stop_deferred(self) -> None:
         """Stop the deferred captures started by the calling thread."""
@@ -605,6 +626,7 @@ class Runtime:
         with self._lock:
             mine = [c for c in self.deferred if c.thread == me]
             self.deferred = [c for c in self.deferred if c.thread != me]
+            self._refresh_fast()
         for capture in mine:
             capture.end(in_flight=True)
 
@@ -721,6 +743,7 @@ class Runtime:
             run, holder, deferred = self.run, self.holder(), list(self.deferred)
             self.run = None
             self.deferred = []
+            self._refresh_fast()
         alive = {t.ident for t in threading.enumerate()}
         running = False
         for capture in {id(c): c for c in (run, holder, *deferred) if c is not None}.values():
@@ -815,6 +838,19 @@ class Runtime:
         found: set[tuple[str, ...]] = {key[0] for key in list(self._roles)}
         found.update(key[2] for key in list(self._decisions))
         return found
+
+
+@final
+class Every:
+    """A container holding every step (and ``None``): while a stop is pending, no block takes the fast path."""
+
+    __slots__ = ()
+
+    def __contains__(self, step: object) -> bool:
+        return True
+
+
+EVERY: Final = Every()
 
 
 def _draws_nothing(actions: Actions) -> bool:
