@@ -13,7 +13,13 @@ found for all events at once by bisection over a table of range maxima. What an 
 follows from its ancestors: a *role* is the outermost range named as a role; a *step* is that of
 the nearest step marker above (for a role without one, the marker it lies in); an operator is
 *covered* time of its role when no other operator lies between them. Self time is duration less
-that of the direct children.
+that of the direct children. Each role range is also returned as a span (start, end, step, name),
+for the reader to place other events (a kernel's launch, another thread's operators) in roles.
+
+An operator in no role of its own thread may be *lent* one: the caller gives per event the
+(step, role) it takes then (a thread that draws no role of its own, whose work ran during a role
+of another thread). Lent roles name operators only: they add nothing to a role's total or covered
+time, which stay per thread.
 
 Sums are taken one thread at a time, starting from zero, in the order the loop takes them (a role's
 at its start, an operator's when the stack closes it): the loop and :func:`numpy.bincount` add the
@@ -48,6 +54,11 @@ STEP_MARKER: Final = re.compile(r"(?:ProfilerStep#|step )(-?[0-9]+)")
 Ops = dict[tuple[int | None, str | None, str], list[Any]]
 Roles = dict[tuple[int | None, str], list[Any]]
 Marks = Sequence[tuple[float, float, int]]
+#: A role range: start, end (microseconds), step (``None``: none), the index of its name.
+Span = tuple[float, float, int | None, int]
+#: Roles lent to a thread's events: per event (in file order) an index into the table, ``-1`` for none;
+#: the table's entries are ``(step, index of the role's name)``.
+Lent = tuple[Sequence[int], Sequence[tuple[int | None, int]]]
 
 
 def step_at(marks: Marks, ts: float) -> int | None:
@@ -64,26 +75,30 @@ def vectorised() -> bool:
 
 
 def nest(ts: array[float], dur: array[float], name: array[int], kind: bytearray, names: list[str],
-         kinds: bytes | bytearray, marks: Marks, marked: bool) -> tuple[Ops, Roles]:
-    """Return one thread's operators ``{(step, role, name): [self, total, count]}`` and roles
-    ``{(step, name): [total, count, covered]}``; times as given (microseconds).
+         kinds: bytes | bytearray, marks: Marks, marked: bool,
+         lent: Lent | None = None) -> tuple[Ops, Roles, list[Span]]:
+    """Return one thread's operators ``{(step, role, name): [self, total, count]}``, roles
+    ``{(step, name): [total, count, covered]}`` and role ranges (:data:`Span`, by start); times as
+    given (microseconds).
 
     ``ts``, ``dur``, ``name`` (an index into ``names``) and ``kind`` (1: a user range, 0: an
     operator) hold one event each, in file order; ``kinds`` says per name what a range of that name
     is (:data:`ROLE`, :data:`MARK`, :data:`OP`); ``marks`` are the trace's step markers (start, end,
     step) in file order; ``marked``: the trace lists profctx's ranges (a role range inside a role is
-    then an operator, else it is left out). Times that are not finite take the loop.
+    then an operator, else it is left out); ``lent``: the roles lent to operators in no role (see the
+    module's docstring). Times that are not finite take the loop.
     """
     if _np is not None and len(ts) >= VECTOR_MIN:
         t = _np.frombuffer(ts, dtype=_np.float64)
         d = _np.frombuffer(dur, dtype=_np.float64)
         if _np.isfinite(t).all() and _np.isfinite(d).all():
-            return nest_vectorised(ts, dur, name, kind, names, kinds, marks, marked)
-    return nest_loop(ts, dur, name, kind, names, kinds, marks, marked)
+            return nest_vectorised(ts, dur, name, kind, names, kinds, marks, marked, lent)
+    return nest_loop(ts, dur, name, kind, names, kinds, marks, marked, lent)
 
 
 def nest_loop(ts: Sequence[float], dur: Sequence[float], name: Sequence[int], kind: Sequence[int],
-              names: list[str], kinds: Sequence[int], marks: Marks, marked: bool) -> tuple[Ops, Roles]:
+              names: list[str], kinds: Sequence[int], marks: Marks, marked: bool,
+              lent: Lent | None = None) -> tuple[Ops, Roles, list[Span]]:
     """Nest as :func:`nest` does, by a loop over the events with a stack (any times, NaN included)."""
     n = len(ts)
     order: Iterable[int] = range(n)
@@ -93,6 +108,8 @@ def nest_loop(ts: Sequence[float], dur: Sequence[float], name: Sequence[int], ki
         order = sorted(sorted(range(n), key=dur.__getitem__, reverse=True), key=ts.__getitem__)
     ops: Ops = {}
     roles: Roles = {}
+    spans: list[Span] = []
+    codes, lenders = lent if lent is not None else ((), ())
     # Stack entries: [end, index, child time, role key (step, name) or None, step, covered by an operator,
     # is an operator].
     stack: list[list[Any]] = []
@@ -100,7 +117,11 @@ def nest_loop(ts: Sequence[float], dur: Sequence[float], name: Sequence[int], ki
     def close(entry: list[Any]) -> None:
         j = entry[1]
         role = entry[3]
-        key = (entry[4], None if role is None else role[1], names[name[j]])
+        if role is None and codes and codes[j] >= 0:
+            lent_step, outer = lenders[codes[j]]
+            key = (lent_step, names[outer], names[name[j]])
+        else:
+            key = (entry[4], None if role is None else role[1], names[name[j]])
         slot = ops.get(key)
         if slot is None:
             ops[key] = [dur[j] - entry[2], dur[j], 1]
@@ -137,6 +158,7 @@ def nest_loop(ts: Sequence[float], dur: Sequence[float], name: Sequence[int], ki
                 else:
                     slot[0] += length
                     slot[1] += 1
+                spans.append((start, start + length, step, name[i]))
                 stack.append([start + length, i, 0.0, role, step, False, False])
                 continue
             if not marked:  # a role range inside a role, in a trace that lists none: left out
@@ -154,11 +176,11 @@ def nest_loop(ts: Sequence[float], dur: Sequence[float], name: Sequence[int], ki
         entry = stack.pop()
         if entry[6]:
             close(entry)
-    return _ordered(ops), _ordered(roles)
+    return _ordered(ops), _ordered(roles), spans
 
 
 def nest_vectorised(ts: Any, dur: Any, name: Any, kind: Any, names: list[str], kinds: bytes | bytearray,
-                    marks: Marks, marked: bool) -> tuple[Ops, Roles]:
+                    marks: Marks, marked: bool, lent: Lent | None = None) -> tuple[Ops, Roles, list[Span]]:
     """Nest as :func:`nest` does, with numpy (finite times only: a NaN has no place in a sort).
 
     A thread whose events overlap without nesting is handed to :func:`nest_loop`. Raise ``RuntimeError``
@@ -175,10 +197,14 @@ def nest_vectorised(ts: Any, dur: Any, name: Any, kind: Any, names: list[str], k
     small = np.int32 if len(t) < (1 << 31) - 1 else np.int64
     n = len(t)
     if n == 0:
-        return {}, {}
+        return {}, {}, []
+    codes = None if lent is None or not len(lent[1]) else np.asarray(lent[0], dtype=np.int64)
+    lenders = () if lent is None else lent[1]
     if (t[:-1] > t[1:]).any():
         order = np.lexsort((-d, t))  # stable: by start, the longer first, then file order
         t, d, nm, k = t[order], d[order], nm[order], k[order]
+        if codes is not None:
+            codes = codes[order]
     end = t + d
     # The first event whose start (+1 ns) reaches each event's end: from there on it is closed.
     closed = np.searchsorted(t + 1e-3, end, side="left").astype(small)
@@ -186,7 +212,7 @@ def nest_vectorised(ts: Any, dur: Any, name: Any, kind: Any, names: list[str], k
     parent = _parents(closed, end)
     del end
     if parent is None:  # events that overlap without nesting: the loop takes the thread
-        return nest_loop(ts, dur, name, kind, names, kinds, marks, marked)
+        return nest_loop(ts, dur, name, kind, names, kinds, marks, marked, lent)
     # What each event is. Arrays one longer than the events: index n stands for "none" (no parent).
     up = np.where(parent < 0, small(n), parent).astype(small)
     if k.any():
@@ -231,6 +257,9 @@ def nest_vectorised(ts: Any, dur: Any, name: Any, kind: Any, names: list[str], k
         for j in roles_at[above == n].tolist():
             step_id[j] = number(step_at(marks, float(t[j])))
     step = step_id[step_from]  # per event: the step of its nearest marker or role (0: none)
+    spans: list[Span] = [(start, start + length, steps[at], index) for start, length, at, index in
+                         zip(t[roles_at].tolist(), d[roles_at].tolist(), step_id[roles_at].tolist(),
+                             nm[roles_at].tolist(), strict=True)]
     # Roles: totals, counts, and the time of the operators directly under them.
     roles: Roles = {}
     ops_at = np.flatnonzero(operator[:n])
@@ -253,28 +282,40 @@ def nest_vectorised(ts: Any, dur: Any, name: Any, kind: Any, names: list[str], k
         child = np.bincount(parent[has], weights=d[has], minlength=n)
         # Summed in the order the stack closes them: by the event that closes them, the deeper first.
         ops_at = ops_at[np.argsort(closed[ops_at].astype(np.int64) * (n + 1) + (n - ops_at))]
-        # The role an operator ran in, by name, numbered 1.. (0: none).
-        role_names = np.unique(nm[roles_at])
+        # The role an operator ran in, by name, numbered 1.. (0: none); its step (an index into steps).
+        role_names = nm[roles_at]
+        at = step[ops_at]
+        if codes is not None:
+            lender_steps = np.array([number(s) for s, _ in lenders], dtype=at.dtype)
+            lender_names = np.array([x for _, x in lenders], dtype=np.int64)
+            role_names = np.append(role_names, lender_names)
+        role_names = np.unique(role_names)
         numbered = np.zeros(count_names + 1, dtype=np.int64)
         numbered[role_names + 1] = np.arange(1, len(role_names) + 1)
         outer = numbered[np.append(nm, -1)[role_of[ops_at]] + 1]
+        if codes is not None:
+            borrowed = np.flatnonzero((role_of[ops_at] == n) & (codes[ops_at] >= 0))
+            code = codes[ops_at[borrowed]]
+            outer[borrowed] = numbered[lender_names[code] + 1]
+            at = at.copy()
+            at[borrowed] = lender_steps[code]
         space = len(steps) * (len(role_names) + 1) * count_names
         if space < 1 << 62:
-            group, one = _groups((step[ops_at].astype(np.int64) * (len(role_names) + 1) + outer) * count_names
+            group, one = _groups((at.astype(np.int64) * (len(role_names) + 1) + outer) * count_names
                                  + nm[ops_at], space)
         else:  # pragma: no cover - more steps, roles and names than any trace holds
-            pair, _ = _groups(step[ops_at].astype(np.int64) * (len(role_names) + 1) + outer, space)
+            pair, _ = _groups(at.astype(np.int64) * (len(role_names) + 1) + outer, space)
             group, one = _groups(pair * count_names + nm[ops_at], space)
         count = len(one)
         lengths = d[ops_at]
         selfs = np.bincount(group, weights=lengths - child[ops_at], minlength=count).tolist()
         totals = np.bincount(group, weights=lengths, minlength=count).tolist()
         counts = np.bincount(group, minlength=count).tolist()
-        for g, i in enumerate(ops_at[one].tolist()):
-            outer_at = int(role_of[i])
-            key = (steps[int(step[i])], None if outer_at == n else names[int(nm[outer_at])], names[int(nm[i])])
-            ops[key] = [selfs[g], totals[g], counts[g]]
-    return _ordered(ops), _ordered(roles)
+        by_number = [None, *(names[x] for x in role_names.tolist())]
+        for g, (i, at_step, outer_of) in enumerate(zip(ops_at[one].tolist(), at[one].tolist(), outer[one].tolist(),
+                                                       strict=True)):
+            ops[(steps[at_step], by_number[outer_of], names[int(nm[i])])] = [selfs[g], totals[g], counts[g]]
+    return _ordered(ops), _ordered(roles), spans
 
 
 def _ordered(table: dict[Any, list[Any]]) -> dict[Any, list[Any]]:

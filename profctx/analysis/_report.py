@@ -1,9 +1,10 @@
 """Build the HTML report of a run from its summary: where the time of each step goes, and who is slow.
 
 Sections: a timeline on a real time axis (one row per process: worker group and rank, engine
-replica, driver), phase shares per step as stacked bars (with each role's time in no operator), a
-processes x (step, role) heat map with each step's straggler marked, top operators per role across
-processes, and the capture table. The page
+replica, driver), phase shares per step as stacked bars (with each role's time in no operator and,
+for traces of device activity, the device time it launched), a processes x (step, role) heat map
+with each step's straggler marked, top operators (and device time) per role across processes, and
+the capture table. The page
 is one self-contained file (inline CSS, SVG and a few lines of JavaScript; nothing is fetched).
 """
 
@@ -91,7 +92,10 @@ def render(summary: Summary, records: Sequence[CaptureRecord], *, damaged: Seque
     parts.append("<h2>Phases per step</h2><p class=hint>Each role's time in the step is that of its slowest "
                  "process (ranks run a role together, the slowest sets the pace); the bar shows each role's share "
                  "of the sum. <i>In no operator</i>: the part of that time in which the slowest process ran no "
-                 "operator (host waits, sleeps, Python between operators), which no operator table shows.</p>")
+                 "operator (host waits, sleeps, Python between operators), which no operator table shows."
+                 + (" <i>Device</i>: the time of the device work (kernels, copies) the role launched on that "
+                    "process, whenever it ran (a kernel often runs after its role's range has closed)."
+                    if _has_device(summary) else "") + "</p>")
     parts.append(_phases(summary, palette))
     parts.append(f"<h2>Processes &times; roles</h2><p class=hint>Time of each process in each role, one cell per "
                  f"step; darker is slower relative to the median over processes in that step and role. ★ marks the "
@@ -100,7 +104,10 @@ def render(summary: Summary, records: Sequence[CaptureRecord], *, damaged: Seque
     parts.append(_heatmap(summary))
     parts.append("<h2>Top operators per role</h2><p class=hint>Self time (time in the operator itself, not in "
                  "operators it called), summed over every process and step of the role; share of the role's "
-                 "total self time.</p>")
+                 "total self time. Operators of a thread that draws no role of its own (a collective's, a "
+                 "backward's) count in the role another thread of their process was in when they started."
+                 + (" <i>Device</i>: the device time the role launched, summed likewise; in the <i>step</i> "
+                    "block, what was launched in no role." if summary.role_device else "") + "</p>")
     parts.append(_role_ops(summary, palette))
     parts.append('<h2>Captures</h2><p class=hint>duration: from the capture\'s start to its stop, as the manifest '
                  'records it. blocked: how long the training thread waited for the profiler to stop (the files are '
@@ -236,12 +243,18 @@ def _legend(roles: Sequence[str], palette: dict[str, str]) -> str:
             "<span><i class='sw skipped'></i>skipped</span><span><i class='sw empty'></i>empty trace</span></p>")
 
 
+def _has_device(summary: Summary) -> bool:
+    """Whether some role's figures hold device time (the traces hold device events)."""
+    return any(_device(p) is not None for p in summary.phases)
+
+
 def _phases(summary: Summary, palette: dict[str, str]) -> str:
     if not summary.phases:
         return "<p class=note>no completed single-step captures: nothing to break down</p>"
     e = html.escape
+    device = _has_device(summary)
     out = ["<table id=phases class=phases><thead><tr><th>step</th><th>wall</th><th>roles (share of the step)</th>"
-           "<th>in no operator</th></tr></thead><tbody>"]
+           f"<th>in no operator</th>{'<th>device</th>' if device else ''}</tr></thead><tbody>"]
     for step in summary.steps:
         items = sorted((p for p in summary.phases if p.step == step), key=lambda p: summary.roles.index(p.role)
                        if p.role in summary.roles else 99)
@@ -256,8 +269,12 @@ def _phases(summary: Summary, palette: dict[str, str]) -> str:
             f'<div class=noop data-role="{e(p.role)}" data-seconds="{no_op:.6f}">{e(p.role)}: {_secs(no_op)}'
             f"{f' ({no_op / p.time_s:.0%})' if p.time_s > 0 else ''}</div>"
             for p in items if (no_op := _no_op(p)) is not None)
+        launched = "".join(
+            f'<div class=device data-role="{e(p.role)}" data-seconds="{seconds:.6f}">{e(p.role)}: {_secs(seconds)}'
+            "</div>" for p in items if (seconds := _device(p)) is not None)
+        cell = f"<td>{launched or '-'}</td>" if device else ""
         out.append(f'<tr data-step="{step}"><td>{step}</td><td>{_secs(summary.step_wall.get(step))}</td>'
-                   f"<td><div class=stack>{segs}</div></td><td>{idle or '-'}</td></tr>")
+                   f"<td><div class=stack>{segs}</div></td><td>{idle or '-'}</td>{cell}</tr>")
     out.append("</tbody></table>")
     return "".join(out)
 
@@ -265,6 +282,12 @@ def _phases(summary: Summary, palette: dict[str, str]) -> str:
 def _no_op(phase: RoleStep) -> float | None:
     """Return the seconds of ``phase`` on its slowest process in which no operator ran, when known."""
     value = getattr(phase, "no_op_s", None)
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) and value >= 0 else None
+
+
+def _device(phase: RoleStep) -> float | None:
+    """Return the seconds of device work ``phase`` launched on its slowest process, when its traces hold some."""
+    value = getattr(phase, "device_s", None)
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) and value >= 0 else None
 
 
@@ -306,14 +329,19 @@ def _heatmap(summary: Summary) -> str:
 def _role_ops(summary: Summary, palette: dict[str, str]) -> str:
     e = html.escape
     blocks = []
-    for role, ops in summary.role_ops.items():
-        if not ops:
+    launched = summary.role_device
+    for role in dict.fromkeys([*summary.role_ops, *launched]):
+        ops = summary.role_ops.get(role, [])
+        if not ops and role not in launched:
             continue
+        device = (f'<p class=device-total data-role="{e(role)}" data-seconds="{launched[role]:.6f}">device: '
+                  f"{_secs(launched[role])}</p>" if role in launched else "")
         rows = "".join(f"<tr><td>{e(o.name)}</td><td>{o.self_s * 1000:.3f}</td><td>{o.share:.1%}</td>"
                        f"<td>{o.count}</td></tr>" for o in ops[:10])
+        table = (f"<table class=ops><thead><tr><th>operator</th><th>self ms</th><th>share</th><th>calls</th></tr>"
+                 f"</thead><tbody>{rows}</tbody></table>" if ops else "")
         blocks.append(f'<div class=opsblock data-role="{e(role)}"><h3><i class=sw style="background:'
-                      f'{palette.get(role, "#999")}"></i>{e(role)}</h3><table class=ops><thead><tr><th>operator</th>'
-                      f"<th>self ms</th><th>share</th><th>calls</th></tr></thead><tbody>{rows}</tbody></table></div>")
+                      f'{palette.get(role, "#999")}"></i>{e(role)}</h3>{device}{table}</div>')
     return f"<div id=roleops class=opsgrid>{''.join(blocks)}</div>" if blocks else "<p class=note>no operators</p>"
 
 
@@ -397,7 +425,8 @@ vertical-align:top}th{background:#f3f3f6;font-weight:600}
 .phases td:nth-child(3){width:900px}.stack{display:flex;height:20px;border-radius:3px;overflow:hidden}
 .seg{color:#fff;font-size:11px;line-height:20px;padding-left:4px;white-space:nowrap;overflow:hidden;
 text-shadow:0 0 2px #000}
-.heat th.stephead{text-align:center;border-left:2px solid #fff}.noop{font-size:12px;white-space:nowrap}
+.heat th.stephead{text-align:center;border-left:2px solid #fff}.noop,.device{font-size:12px;white-space:nowrap}
+.device-total{font-size:12px;color:#555;margin:2px 0}
 .bar.marker{stroke:#99a;stroke-dasharray:1 2}
 .heat td{text-align:right;font-variant-numeric:tabular-nums;color:#111}.heat td.straggler{font-weight:700;
 outline:2px solid #be0032;outline-offset:-2px}

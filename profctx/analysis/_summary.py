@@ -18,7 +18,13 @@ Definitions (also in ``docs/analysis.md``):
 - A *straggler* is the process whose time exceeds the median over processes by more than
   the straggler ratio (default 1.2: 20 % slower than the median), with at least 2 processes.
 - An operator's *self time* excludes the operators nested in it; per role it is summed over
-  processes and steps.
+  processes and steps. An operator on a thread that draws no role of its own (gloo's, autograd's)
+  counts in the role of another thread of its process that alone holds its start.
+- The *device time of a role* is the duration of the device events (kernels, copies) launched in
+  it: each is linked to its launch by correlation id, and the launch lies in a role range on its
+  thread (or is lent one, as operators are), whenever the kernel itself runs. Per step and role it
+  is that of the slowest process (the one whose time is the role's); per role, summed over
+  processes and steps. Device time launched in no role counts in the :data:`NO_ROLE` row.
 """
 
 from __future__ import annotations
@@ -85,6 +91,9 @@ class CaptureSummary:
     #: Wall time less the step markers: the profiler's own start and stop (and, in a contiguous
     #: capture, the loop between steps); ``None`` when the trace marks no step.
     overhead_s: float | None = None
+    #: ``(step, role) -> device seconds`` launched in the role (:data:`NO_ROLE`: in none; step ``None``: a
+    #: launch outside every step marker of a capture of several steps); empty without device events.
+    role_device: dict[tuple[int | None, str], float] = field(default_factory=dict)
     #: Where role times come from: ``"ranges"`` (profctx's listed ranges), ``"user ranges"`` (a trace
     #: that lists none: its outermost user ranges), ``"capture"`` (the capture's start to stop).
     time_from: str = "ranges"
@@ -106,6 +115,8 @@ class CaptureSummary:
             "role_steps": [{"step": st, "role": ro, "time_s": t, "no_op_s": n}
                            for (st, ro), (t, n) in sorted(self.role_steps.items())],
             "device_s": self.device_s,
+            "role_device": [{"step": st, "role": ro, "device_s": t}
+                            for (st, ro), t in sorted(self.role_device.items(), key=_by_step)],
             "ops": [o.to_json() for o in self.ops], "device_ops": [o.to_json() for o in self.device_ops],
             "files": self.files, "empty": self.empty, "problems": self.problems,
             "reason": r.reason, "error": r.error,
@@ -126,6 +137,9 @@ class RoleStep:
     #: Seconds of the role's ranges on the slowest process that no operator covers (``None``: unknown,
     #: the time came from the capture).
     no_op_s: float | None = None
+    #: Seconds of device work launched in the role on the slowest process (``None``: its traces hold no
+    #: device event).
+    device_s: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -136,7 +150,7 @@ class RoleStep:
         """Return the JSON form."""
         return {"step": self.step, "role": self.role, "time_s": self.time_s, "median_s": self.median_s,
                 "share": self.share, "ratio": self.ratio, "straggler": self.straggler, "no_op_s": self.no_op_s,
-                "per_process": self.per_process}
+                "device_s": self.device_s, "per_process": self.per_process}
 
 
 @dataclass
@@ -158,6 +172,9 @@ class Summary:
     #: ``{step: seconds}``: the profiler's own start and stop in the step on the process that lost
     #: most to it (the step's single-step captures); not in any role's time.
     overhead: dict[int, float] = field(default_factory=dict)
+    #: ``{role: seconds}``: device work launched in each role (:data:`NO_ROLE`: in none), summed over
+    #: processes and steps; empty when no trace holds a device event.
+    role_device: dict[str, float] = field(default_factory=dict)
 
     def phase(self, step: int, role: str) -> RoleStep | None:
         """Return the figures of ``role`` in ``step``, or ``None``."""
@@ -196,6 +213,7 @@ class Summary:
             "stragglers": [p.to_json() for p in self.stragglers()],
             "trend": {role: [{"step": s, "time_s": t} for s, t in self.trend(role)] for role in self.roles},
             "role_ops": {role: [o.to_json() for o in ops] for role, ops in self.role_ops.items()},
+            "role_device_s": self.role_device,
             "captures": [c.to_json() for c in self.captures],
             "engines": [c.to_json() for c in self.engines],
             "problems": self.problems,
@@ -319,6 +337,7 @@ def _capture(root: Path, record: CaptureRecord, files: Sequence[str], top: int,
     device: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     ranges: dict[tuple[int | None, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
     marked_steps: dict[int, float] = defaultdict(float)
+    launched: dict[tuple[int | None, str | None], float] = defaultdict(float)
     span = 0.0
     device_us = 0.0
     has_device = False
@@ -348,6 +367,8 @@ def _capture(root: Path, record: CaptureRecord, files: Sequence[str], top: int,
             ranges[where][1] += covered
         for step, (t, _c) in figures.steps.items():
             marked_steps[step] += t
+        for launch, t in figures.role_device.items():
+            launched[launch] += t
         if figures.device:
             has_device = True
         device_us += figures.device_us
@@ -391,13 +412,30 @@ def _capture(root: Path, record: CaptureRecord, files: Sequence[str], top: int,
             slot[0] += s
             slot[1] += t
             slot[2] += c
+    role_device: dict[tuple[int | None, str], float] = {}
+    if has_device:
+        for (marked, inside_role), t in launched.items():
+            at = single if marked is None else marked
+            if wanted is not None and at not in wanted:
+                continue
+            role = rename.get(inside_role, inside_role) if inside_role else (record.role or NO_ROLE)
+            role_device[(at, role)] = role_device.get((at, role), 0.0) + t / 1e6
+        for pair in role_steps:  # a role that launched nothing ran no device work
+            if wanted is None or pair[0] in wanted:
+                role_device.setdefault(pair, 0.0)
     return CaptureSummary(
         record=record, wall_s=wall, roles=dict(roles), ops=_top(by_name, top),
         device_s=device_us / 1e6 if has_device else None,
         device_ops=_top({k: [v[0], v[0], v[1]] for k, v in device.items()}, top),
         files=list(files), problems=problems, role_table=role_table, role_steps=role_steps,
-        overhead_s=overhead, time_from=time_from,
+        overhead_s=overhead, time_from=time_from, role_device=role_device,
     )
+
+
+def _by_step(item: tuple[tuple[int | None, str], float]) -> tuple[bool, int, str]:
+    """Sort key of a ``(step, role)`` table's items: by step (none first), then role."""
+    (step, role), _ = item
+    return step is not None, step or 0, role
 
 
 def _top(table: dict[str, list[float]], limit: int) -> list[OpFigure]:
@@ -413,6 +451,8 @@ def _assemble(root: Path, run: str | None, captures: list[CaptureSummary], engin
     per: dict[tuple[int, str], dict[str, float]] = defaultdict(dict)
     idle: dict[tuple[int, str], dict[str, float | None]] = defaultdict(dict)
     lost: dict[int, dict[str, float]] = defaultdict(dict)
+    device: dict[tuple[int, str], dict[str, float]] = defaultdict(dict)
+    role_device: dict[str, float] = defaultdict(float)
     spans: dict[int, list[float]] = {}
     processes: list[str] = []
     names = process_names((c.record for c in [*captures, *engines]), driver)
@@ -437,6 +477,11 @@ def _assemble(root: Path, run: str | None, captures: list[CaptureSummary], engin
                 gaps = idle[(step, role)]
                 before = gaps.get(who, 0.0)
                 gaps[who] = None if no_op is None or (who in gaps and before is None) else (before or 0.0) + no_op
+        for (step_at, role), seconds in item.role_device.items():
+            role_device[role] += seconds
+            if step_at is not None:
+                cell = device[(step_at, role)]
+                cell[who] = cell.get(who, 0.0) + seconds
         if len(r.steps) == 1 and item.overhead_s is not None and (wanted is None or r.steps[0] in wanted):
             cell = lost[r.steps[0]]
             cell[who] = cell.get(who, 0.0) + item.overhead_s
@@ -445,7 +490,8 @@ def _assemble(root: Path, run: str | None, captures: list[CaptureSummary], engin
         values = list(cells.values())
         worst = max(cells, key=lambda k: cells[k])
         median = statistics.median(values)
-        phase = RoleStep(step, role, dict(cells), cells[worst], median, no_op_s=idle[(step, role)].get(worst))
+        phase = RoleStep(step, role, dict(cells), cells[worst], median, no_op_s=idle[(step, role)].get(worst),
+                         device_s=device.get((step, role), {}).get(worst))
         if len(values) >= 2 and median > 0 and cells[worst] / median > ratio:
             phase.straggler = worst
         phases.append(phase)
@@ -465,4 +511,5 @@ def _assemble(root: Path, run: str | None, captures: list[CaptureSummary], engin
         role_ops={role: _top(dict(table), top) for role, table in role_ops.items()},
         engines=engines, straggler_ratio=ratio, problems=problems,
         overhead={step: max(cells.values()) for step, cells in sorted(lost.items())},
+        role_device=dict(role_device),
     )

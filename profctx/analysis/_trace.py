@@ -9,7 +9,17 @@ producer) falls back to the outermost user range on each thread. Step markers
 the step a role ran in.
 
 Self time is an event's duration less that of the events nested directly in it on the same
-thread (the definition HTA and the TensorBoard plugin use). Nesting needs each thread's events
+thread (the definition HTA and the TensorBoard plugin use). Work on a thread that draws no role
+of its own (gloo's thread of a collective, autograd's thread of a backward) is lent the role
+whose range, on another thread of the same process, holds the event's start, when exactly one
+does: its operators are listed in that role (a role's total and covered times stay those of its
+own thread).
+
+Device time (kernels, copies) is given per role: each device event carries the correlation id of
+the runtime call that launched it (``cudaLaunchKernel``, ``cuLaunchKernel``: categories
+:data:`RUNTIME_CATS`), and the launch, on its CPU thread, lies in a role range (or is lent one, as
+above) or in none. A kernel runs after its launch, often after the role's range has closed: by
+correlation, not by time, it still counts in the role that launched it. Nesting needs each thread's events
 in time order, so the reader keeps, per complete (``X``) event, its start, duration and an
 interned name: about 30 bytes an event against the 250 or so of its JSON, whatever the trace;
 :mod:`profctx.analysis._nesting` nests them once the trace is read. Most batches of events are
@@ -22,7 +32,8 @@ from __future__ import annotations
 import gc
 import math
 from array import array
-from collections.abc import Iterator
+from bisect import bisect_right
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import add, attrgetter, eq, not_
@@ -30,8 +41,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..core._plan import RANGES_KEY
-from ._nesting import MARK, OP, ROLE, STEP_MARKER, nest
-from ._tracedecode import Unchecked, as_event, events, flat
+from ._nesting import MARK, OP, ROLE, STEP_MARKER, Lent, Span, nest, step_at
+from ._tracedecode import Decoder, Unchecked, as_event, correlation, correlation_of, events, flat
 from ._tracejson import EVENTS, TraceFormatError, TraceStream
 
 _np: Any  # numpy, or None where it is not installed
@@ -44,12 +55,16 @@ except ImportError:  # pragma: no cover - exercised with numpy absent (tests pat
 
 #: Categories of device activity (CUDA kernels and copies; torch_npu uses the same names in its JSON).
 DEVICE_CATS: Final = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"})
+#: Categories of the runtime calls that launch device work, on the launching CPU thread (operators too).
+RUNTIME_CATS: Final = frozenset({"cuda_runtime", "cuda_driver"})
+#: Categories whose events carry the correlation id linking a launch and its device event.
+LINKED_CATS: Final = DEVICE_CATS | RUNTIME_CATS
 #: Categories of user ranges (``record_function``, profctx's role ranges): phases, not operators.
 RANGE_CATS: Final = frozenset({"user_annotation"})
 #: Categories that are neither: torch's whole-capture span, device-side copies of user ranges.
 IGNORED_CATS: Final = frozenset({"Trace", "gpu_user_annotation"})
 #: Categories the batch path handles apart from operators.
-_OPERATOR_ONLY: Final = DEVICE_CATS | RANGE_CATS | IGNORED_CATS
+_OPERATOR_ONLY: Final = DEVICE_CATS | RANGE_CATS | IGNORED_CATS | RUNTIME_CATS
 #: Categories of events that are not on a thread's nesting (kernels: device figures; ignored: counted only).
 _APART: Final = DEVICE_CATS | IGNORED_CATS
 #: Threads a batch may hold for the batch path (more: the loop over each event, which costs the same then).
@@ -71,8 +86,10 @@ class TraceFigures:
     ``role`` is the role the operator ran in (``None`` outside any). ``steps`` maps each step
     marked in the trace to ``[total, count]`` of its markers. ``marked``: the trace lists
     profctx's ranges (else roles were taken from the outermost user ranges). ``device`` maps
-    kernel names to ``[total, count]``. ``problem`` says why reading stopped early, if it did
-    (the figures then cover what was read).
+    kernel names to ``[total, count]``; ``role_device`` maps ``(step, role)`` to the device time
+    launched in the role (``role`` ``None``: a launch in no role, or not found; empty for a trace
+    without device events). ``problem`` says why reading stopped early, if it did (the figures
+    then cover what was read).
     """
 
     span_us: float = 0.0
@@ -83,17 +100,39 @@ class TraceFigures:
     marked: bool = False
     device: dict[str, list[float]] = field(default_factory=dict)
     device_us: float = 0.0
+    role_device: dict[tuple[int | None, str | None], float] = field(default_factory=dict)
     problem: str | None = None
 
 
 class _Thread:
-    __slots__ = ("dur", "kind", "name", "ts")
+    __slots__ = ("dur", "kind", "launch_id", "launch_ts", "name", "ts")
 
     def __init__(self) -> None:
         self.ts = array("d")
         self.dur = array("d")
         self.name = array("l")
         self.kind = bytearray()  # 1: a user range, 0: an operator
+        self.launch_id = array("q")  # the correlation ids of the runtime calls on the thread, and their starts
+        self.launch_ts = array("d")
+
+
+class _Device:
+    """The correlation id (``-1``: none) and duration of every device event, in file order."""
+
+    __slots__ = ("dur", "ids")
+
+    def __init__(self) -> None:
+        self.ids = array("q")
+        self.dur = array("d")
+
+    def add(self, link: int | None, dur: float) -> None:
+        self.ids.append(_id(link))
+        self.dur.append(dur)
+
+
+def _id(link: int | None) -> int:
+    """Return a correlation id as the arrays keep it: ``-1`` for none or one past 64 bits."""
+    return link if link is not None and 0 <= link < 1 << 63 else -1
 
 
 def read_figures(path: str | Path, root: str | Path | None = None) -> TraceFigures:
@@ -120,9 +159,12 @@ def _read(path: str | Path, root: str | Path | None) -> TraceFigures:
     hi = float("-inf")
     drawn: set[str] | None = None
     marks: list[tuple[float, float, int]] = []
+    device = _Device()
+    # Slices are decoded into the seven fields read here (typed: a time is a float or None), and the
+    # correlation too once the trace shows device or runtime events.
+    decoder = Decoder()
     try:
-        # Slices are decoded into the seven fields read here (typed: a time is a float or None).
-        with TraceStream(path, root, loads=events, flat=flat) as stream:
+        with TraceStream(path, root, loads=decoder, flat=flat) as stream:
             for key, batch in stream.batches():
                 if key != EVENTS:
                     if key == RANGES_KEY and isinstance(batch, dict) and isinstance(batch.get("roles"), list):
@@ -133,7 +175,17 @@ def _read(path: str | Path, root: str | Path | None) -> TraceFigures:
                 unchecked = type(batch) is Unchecked  # the fallback parser's dicts: fields of any type
                 # The complete events, picked in C (most of a trace is other phases only in metadata).
                 batch = list(compress(batch, map(eq, _column(batch, "ph", unchecked), repeat("X"))))
-                taken = _batch(batch, names, threads, marks, figures, unchecked)
+                try:
+                    cats: set[Any] | None = set(_column(batch, "cat", unchecked))
+                except TypeError:  # a category that is not hashable: the loop over each event names it
+                    cats = None
+                if not decoder.linked and cats is not None and not LINKED_CATS.isdisjoint(cats):
+                    decoder.linked = True  # the first device or runtime events: decode correlations from here on
+                    if not unchecked and stream.raw is not None:  # this batch again, with them
+                        batch = events(b"".join((b"[", stream.raw, b"]")), linked=True)
+                        unchecked = type(batch) is Unchecked
+                        batch = list(compress(batch, map(eq, _column(batch, "ph", unchecked), repeat("X"))))
+                taken = _batch(batch, names, threads, marks, figures, unchecked, cats, device)
                 if taken is not None:
                     figures.events += len(batch)
                     lo = min(lo, taken[0])
@@ -165,6 +217,7 @@ def _read(path: str | Path, root: str | Path | None) -> TraceFigures:
                             slot[0] += dur
                             slot[1] += 1
                         figures.device_us += dur
+                        device.add(correlation(event), dur)
                         continue
                     where = (event.pid, event.tid)
                     thread = threads.get(where)
@@ -176,6 +229,9 @@ def _read(path: str | Path, root: str | Path | None) -> TraceFigures:
                     thread.ts.append(ts)
                     thread.dur.append(dur)
                     thread.name.append(index)
+                    if cat in RUNTIME_CATS:
+                        thread.launch_id.append(_id(correlation(event)))
+                        thread.launch_ts.append(ts)
                     if cat in RANGE_CATS:
                         thread.kind.append(1)
                         marker = STEP_MARKER.fullmatch(name)
@@ -194,11 +250,96 @@ def _read(path: str | Path, root: str | Path | None) -> TraceFigures:
         slot = figures.steps.setdefault(step, [0.0, 0])
         slot[0] += end - start
         slot[1] += 1
-    for thread in threads.values():
-        ops, roles = nest(thread.ts, thread.dur, thread.name, thread.kind, by_index, kinds, marks, figures.marked)
+    _nest_all(figures, threads, by_index, kinds, marks, device)
+    return figures
+
+
+def _nest_all(figures: TraceFigures, threads: dict[tuple[Any, Any], _Thread], names: list[str], kinds: bytearray,
+              marks: list[tuple[float, float, int]], device: _Device) -> None:
+    """Nest every thread into the figures: first those that draw roles of their own, then the others, each
+    event of which is lent the role of another thread of its process that holds its start (see the module's
+    docstring); then give each device event the role of its launch. Figures are added in thread order."""
+    results: dict[tuple[Any, Any], tuple[Any, Any]] = {}
+    covers: dict[tuple[Any, Any], _Cover] = {}
+    spans_of: dict[Any, list[Span]] = {}
+    roleless = []
+    for place, thread in threads.items():
+        if ROLE not in map(kinds.__getitem__, compress(thread.name, thread.kind)):
+            roleless.append(place)
+            continue
+        ops, roles, spans = nest(thread.ts, thread.dur, thread.name, thread.kind, names, kinds, marks, figures.marked)
+        results[place] = ops, roles
+        covers[place] = _Cover(spans)
+        spans_of.setdefault(place[0], []).extend(spans)
+    lenders = {pid: _Cover(spans) for pid, spans in spans_of.items()}
+    for place in roleless:
+        thread = threads[place]
+        cover = covers[place] = lenders.get(place[0], _NOWHERE)
+        lent: Lent | None = None
+        if cover.spans:
+            lent = (array("l", map(cover.code, thread.ts)), [(step, name) for _, _, step, name in cover.spans])
+        ops, roles, _ = nest(thread.ts, thread.dur, thread.name, thread.kind, names, kinds, marks, figures.marked,
+                             lent)
+        results[place] = ops, roles
+    for place in threads:
+        ops, roles = results[place]
         _add(figures.ops, ops)
         _add(figures.roles, roles)
-    return figures
+    if not device.ids:
+        return
+    launched: dict[int, tuple[int | None, str | None]] = {}
+    for place, thread in threads.items():
+        cover = covers[place]
+        for link, ts in zip(thread.launch_id, thread.launch_ts, strict=True):
+            if link < 0:
+                continue
+            code = cover.code(ts)
+            if code < 0:
+                launched[link] = (step_at(marks, ts), None)
+            else:
+                _, _, step, name = cover.spans[code]
+                launched[link] = (step, names[name])
+    unknown: tuple[int | None, str | None] = (None, None)
+    table = figures.role_device
+    for link, dur in zip(device.ids, device.dur, strict=True):
+        key = launched.get(link, unknown)
+        table[key] = table.get(key, 0.0) + dur
+
+
+class _Cover:
+    """Which of some role ranges holds a time: the one that alone holds it, else none.
+
+    Ranges are half-open, ``[start, end)``; where ranges of several threads overlap, none holds the time.
+    """
+
+    __slots__ = ("bounds", "codes", "spans")
+
+    def __init__(self, spans: Sequence[Span]) -> None:
+        self.spans = list(spans)
+        # A sweep over the starts and ends (an end before a start at one time): after the changes at each
+        # time, the one range open then, if only one is.
+        changes = sorted([(start, 1, at) for at, (start, _, _, _) in enumerate(self.spans)]
+                         + [(end, -1, at) for at, (_, end, _, _) in enumerate(self.spans)])
+        self.bounds: list[float] = []
+        self.codes: list[int] = []
+        open_: set[int] = set()
+        for at, (time, change, which) in enumerate(changes):
+            if change > 0:
+                open_.add(which)
+            else:
+                open_.discard(which)
+            if at + 1 < len(changes) and changes[at + 1][0] == time:
+                continue
+            self.bounds.append(time)
+            self.codes.append(next(iter(open_)) if len(open_) == 1 else -1)
+
+    def code(self, ts: float) -> int:
+        """Return the index (in :attr:`spans`) of the range that alone holds ``ts``, else ``-1``."""
+        at = bisect_right(self.bounds, ts) - 1
+        return self.codes[at] if at >= 0 else -1
+
+
+_NOWHERE: Final = _Cover(())
 
 
 def _add(into: dict[Any, list[Any]], table: dict[Any, list[Any]]) -> None:
@@ -214,21 +355,23 @@ def _add(into: dict[Any, list[Any]], table: dict[Any, list[Any]]) -> None:
 
 def _batch(batch: list[Any], names: _Names, threads: dict[tuple[Any, Any], _Thread],
            marks: list[tuple[float, float, int]], figures: TraceFigures,
-           unchecked: bool = False) -> tuple[float, float] | None:
+           unchecked: bool, kinds_seen: set[Any] | None, device: _Device) -> tuple[float, float] | None:
     """Add a batch of complete events, all with times and names, to the figures: each thread's events to
-    its thread in file order, kernels to ``figures.device``; return the first start and last end of the
-    events that count for the span. Return ``None`` (nothing added) when some event needs the loop over
-    each event: a missing time or name, a field of an odd type, events of more than :data:`_THREADS` threads.
+    its thread in file order, kernels to ``figures.device`` and ``device``, launches to their threads;
+    return the first start and last end of the events that count for the span. Return ``None`` (nothing
+    added) when some event needs the loop over each event: a missing time or name, a field of an odd
+    type, a category that is not hashable (``kinds_seen`` ``None``), events of more than :data:`_THREADS`
+    threads.
 
     The common batch of a trace, taken in a few passes in C per field rather than the loop over each event.
-    ``unchecked``: the fields may be of any type (checked here, in C, for the whole batch).
+    ``unchecked``: the fields may be of any type (checked here, in C, for the whole batch); ``kinds_seen``:
+    the categories of the batch's events.
     """
-    if not batch:
+    if not batch or kinds_seen is None:
         return None
     try:
         one = len(set(_column(batch, "pid", unchecked))) == 1 and len(set(_column(batch, "tid", unchecked))) == 1
-        kinds_seen = set(_column(batch, "cat", unchecked))
-    except TypeError:  # a pid, tid or category that is not hashable: the loop over each event names it
+    except TypeError:  # a pid or tid that is not hashable: the loop over each event names it
         return None
     if unchecked and not _plain(batch, kinds_seen):
         return None
@@ -245,11 +388,16 @@ def _batch(batch: list[Any], names: _Names, threads: dict[tuple[Any, Any], _Thre
             return None
     lo = float("inf")
     hi = float("-inf")
+    launches: list[tuple[int, int, float]] = []  # (position, correlation id, start) of each runtime call
+    link = correlation_of if unchecked else correlation
     if _OPERATOR_ONLY.isdisjoint(kinds_seen):
         ranges = bytes(len(batch))
     else:
         cats = list(_column(batch, "cat", unchecked))
         labels = list(_column(batch, "name", unchecked))
+        if not RUNTIME_CATS.isdisjoint(kinds_seen):
+            launches = [(i, _id(link(batch[i])), starts[i])
+                        for i in compress(range(len(batch)), map(RUNTIME_CATS.__contains__, cats))]
         apart = list(map(_APART.__contains__, cats))
         if any(apart):
             for i in compress(range(len(batch)), apart):
@@ -266,6 +414,7 @@ def _batch(batch: list[Any], names: _Names, threads: dict[tuple[Any, Any], _Thre
                     slot[0] += dur
                     slot[1] += 1
                 figures.device_us += dur
+                device.add(link(batch[i]), dur)
             kept = list(map(not_, apart))
             starts = array("d", compress(starts, kept))
             durations = array("d", compress(durations, kept))
@@ -286,11 +435,17 @@ def _batch(batch: list[Any], names: _Names, threads: dict[tuple[Any, Any], _Thre
     if one:
         place = (batch[0].get("pid"), batch[0].get("tid")) if unchecked else (batch[0].pid, batch[0].tid)
         _extend(threads, place, starts, durations, indexes, ranges)
-        return lo, hi
-    for place in dict.fromkeys(where):  # threads in the order their first event comes, as event by event
-        mine = list(map(eq, where, repeat(place)))
-        _extend(threads, place, array("d", compress(starts, mine)), array("d", compress(durations, mine)),
-                array("l", compress(indexes, mine)), bytes(compress(ranges, mine)))
+    else:
+        for place in dict.fromkeys(where):  # threads in the order their first event comes, as event by event
+            mine = list(map(eq, where, repeat(place)))
+            _extend(threads, place, array("d", compress(starts, mine)), array("d", compress(durations, mine)),
+                    array("l", compress(indexes, mine)), bytes(compress(ranges, mine)))
+    # After the events: a thread is made by its first event, as the loop over each event makes it.
+    for i, found, ts in launches:
+        e = batch[i]
+        thread = threads[(e.get("pid"), e.get("tid")) if unchecked else (e.pid, e.tid)]
+        thread.launch_id.append(found)
+        thread.launch_ts.append(ts)
     return lo, hi
 
 

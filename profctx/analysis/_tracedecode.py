@@ -3,12 +3,16 @@
 A torch event is an object of about ten keys, most of its bytes in ``args``; the analysis needs
 seven fields (``ph name cat ts dur pid tid``) and the merge three (``ph pid tid``). A typed
 decoder (msgspec with a :class:`Event` struct) skips the rest without building it, which costs a
-fraction of a full parse (measured: docs/performance.md). Any slice the typed decoder does not
-take (an event whose ``ts`` is a string, a value that is not an object, JSON msgspec refuses but
-the fallback parser reads, such as ``NaN``) is parsed by the fallback (orjson, else the standard
-library) and each value converted by :func:`as_event`: a damaged or odd event never stops a read,
-it only loses the fields that are not of the expected type. Without msgspec every slice takes the
-fallback path.
+fraction of a full parse (measured: docs/performance.md). A trace of device activity also needs
+``args.correlation``, which ties a kernel to the runtime call that launched it: :class:`Linked`
+adds that one field, and a :class:`Decoder` switches to it for the rest of a trace once the reader
+has seen such events (decoding ``args`` costs about a tenth more, which CPU-only traces never pay).
+
+Any slice the typed decoder does not take (an event whose ``ts`` is a string, a value that is not
+an object, JSON msgspec refuses but the fallback parser reads, such as ``NaN``) is parsed by the
+fallback (orjson, else the standard library) and each value converted by :func:`as_event`: a
+damaged or odd event never stops a read, it only loses the fields that are not of the expected
+type. Without msgspec every slice takes the fallback path.
 
 Every decoder here takes the bytes of a JSON array (``[`` ... ``]``) and raises ``ValueError`` when
 they are not valid JSON (``pos``, when known, says where), as :class:`profctx.analysis._tracejson.TraceStream`
@@ -64,7 +68,18 @@ if _TYPED:
         ts: float | None = None
         dur: float | None = None
 
+    class Args(_msgspec.Struct, gc=False):
+        """The one field of an event's ``args`` the analysis reads: the id linking a kernel to its launch."""
+
+        correlation: int | None = None
+
+    class Linked(Event, gc=False):
+        """An :class:`Event` with its ``args.correlation`` (``args`` ``None`` where absent)."""
+
+        args: Args | None = None
+
     _EVENTS: Any = _msgspec.json.Decoder(list[Event])
+    _LINKED: Any = _msgspec.json.Decoder(list[Linked])
     _HEADS: Any = _msgspec.json.Decoder(list[Head])
     _RAWS: Any = _msgspec.json.Decoder(list[_msgspec.Raw])
     _MSGSPEC_ERRORS: tuple[type[Exception], ...] = (_msgspec.DecodeError, RecursionError)
@@ -87,6 +102,25 @@ else:  # pragma: no cover - the same shape without msgspec
             self.pid = pid
             self.tid = tid
 
+    class Args:  # type: ignore[no-redef]
+        """The one field of an event's ``args`` the analysis reads: the id linking a kernel to its launch."""
+
+        __slots__ = ("correlation",)
+
+        def __init__(self, correlation: int | None = None) -> None:
+            self.correlation = correlation
+
+    class Linked(Event):  # type: ignore[no-redef]
+        """An :class:`Event` with its ``args.correlation`` (``args`` ``None`` where absent)."""
+
+        __slots__ = ("args",)
+
+        def __init__(self, ph: str | None = None, name: str | None = None, cat: str | None = None,
+                     ts: float | None = None, dur: float | None = None, pid: int | str | None = None,
+                     tid: int | str | None = None, args: Args | None = None) -> None:
+            super().__init__(ph, name, cat, ts, dur, pid, tid)
+            self.args = args
+
     class Head:  # type: ignore[no-redef]
         """The fields of one trace event the merge checks; ``None`` where absent or of another type."""
 
@@ -100,7 +134,7 @@ else:  # pragma: no cover - the same shape without msgspec
             self.ts = ts
             self.dur = dur
 
-    _EVENTS = _HEADS = _RAWS = None
+    _EVENTS = _LINKED = _HEADS = _RAWS = None
     _MSGSPEC_ERRORS = ()
 
 #: The fields of :class:`Event`, in order.
@@ -147,19 +181,36 @@ def _ident(value: Any) -> int | str | None:
     return str(value)  # an odd pid or tid (a float, a list) still names one thread, and is hashable
 
 
-def as_event(value: Any) -> Event | None:
-    """Return the :class:`Event` of a parsed event (a dict), or ``None`` for a value that is not an object.
+def as_event(value: Any) -> Linked | None:
+    """Return the :class:`Linked` event of a parsed event (a dict), or ``None`` for a value that is not an object.
 
     A field of another type than the struct's becomes ``None``, except ``name`` (written out with
-    ``str``) and ``pid``/``tid`` (a value of another type is named by its ``str``).
+    ``str``) and ``pid``/``tid`` (a value of another type is named by its ``str``); ``args`` holds
+    the correlation when it is an integer, else is ``None``.
     """
     if type(value) is not dict:
         return None
-    return checked(_loose(value))
+    event = Linked(*map(value.get, FIELDS))
+    checked(event)
+    found = correlation_of(value)
+    if found is not None:
+        event.args = Args(found)
+    return event
 
 
-def _loose(value: dict[str, Any]) -> Event:
-    return Event(*map(value.get, FIELDS))
+def correlation_of(value: dict[str, Any]) -> int | None:
+    """Return ``args.correlation`` of a parsed event (a dict) when it is an integer, else ``None``."""
+    args = value.get("args")
+    if type(args) is not dict:
+        return None
+    found = args.get("correlation")
+    return found if type(found) is int else None
+
+
+def correlation(event: Event) -> int | None:
+    """Return the correlation of a decoded event: ``None`` for an :class:`Event` decoded without ``args``."""
+    args = getattr(event, "args", None)
+    return None if args is None else args.correlation  # type: ignore[no-any-return]
 
 
 def checked(event: Event) -> Event:
@@ -198,21 +249,38 @@ def _parse(data: bytes) -> list[Any]:
     return value
 
 
-def events(data: bytes) -> list[Any]:
+def events(data: bytes, linked: bool = False) -> list[Any]:
     """Return the events of the JSON array ``data``, values that are not objects left out.
 
-    :class:`Event` structs when msgspec takes the slice, else (another type in some field, no
-    msgspec) an :class:`Unchecked` list of the parsed dicts.
+    :class:`Event` structs (:class:`Linked` when ``linked``) when msgspec takes the slice, else
+    (another type in some field, no msgspec) an :class:`Unchecked` list of the parsed dicts.
 
     Raise :class:`MalformedError` (a ``ValueError``) when ``data`` is not valid JSON.
     """
-    if _EVENTS is not None:
+    decoder = _LINKED if linked else _EVENTS
+    if decoder is not None and _EVENTS is not None:
         try:
-            return _EVENTS.decode(data)  # type: ignore[no-any-return]
+            return decoder.decode(data)  # type: ignore[no-any-return]
         except _MSGSPEC_ERRORS:
             pass  # another type in some event, or JSON only the fallback parser takes: parse it as values
     values = _parse(data)
     return Unchecked(compress(values, map(isinstance, values, repeat(dict))))
+
+
+class Decoder:
+    """:func:`events` for one trace: :class:`Event` structs until :attr:`linked` is set, :class:`Linked` after.
+
+    A reader sets :attr:`linked` when it first meets events whose correlation it needs (and decodes
+    that batch again, with ``events(data, linked=True)``). Not thread-safe: one per stream.
+    """
+
+    __slots__ = ("linked",)
+
+    def __init__(self) -> None:
+        self.linked = False
+
+    def __call__(self, data: bytes) -> list[Any]:
+        return events(data, self.linked)
 
 
 def flat(batch: list[Any]) -> bool:

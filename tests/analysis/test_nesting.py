@@ -46,28 +46,36 @@ def _marks(events: list[tuple[float, float, int, int]]) -> list[tuple[float, flo
     return found
 
 
-def _both(events: list[tuple[float, float, int, int]], drawn: set[str] | None) -> tuple[Any, Any]:
+#: Roles lent to events in no role of their thread: (step, index of the role's name in NAMES).
+LENDERS = [(3, 2), (None, 3), (4, 2), (7, 7)]
+
+
+def _both(events: list[tuple[float, float, int, int]], drawn: set[str] | None,
+          codes: list[int] | None = None) -> tuple[Any, Any]:
     ts, dur, name, kind = _thread(events)
     args = (NAMES, _kinds(drawn), _marks(events), drawn is not None)
-    loop = nest_loop(ts, dur, name, kind, *args)
-    vector = nest_vectorised(ts, dur, name, kind, *args)
+    lent = None if codes is None else (array("l", (codes * len(events))[:len(events)]), LENDERS)
+    loop = nest_loop(ts, dur, name, kind, *args, lent)
+    vector = nest_vectorised(ts, dur, name, kind, *args, lent)
     return loop, vector
 
 
-def _ordered(figures: tuple[dict[Any, list[Any]], dict[Any, list[Any]]]) -> list[Any]:
-    return [list(table.items()) for table in figures]
+def _ordered(figures: tuple[dict[Any, list[Any]], dict[Any, list[Any]], list[Any]]) -> list[Any]:
+    ops, roles, spans = figures
+    return [list(ops.items()), list(roles.items()), spans]
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_EVENT, max_size=80), st.sampled_from([None, {"rollout", "actor_update"}, {"rollout"}]),
-       st.booleans())
+       st.booleans(), st.one_of(st.none(), st.lists(st.integers(-1, len(LENDERS) - 1), min_size=1, max_size=7)))
 def test_the_vectorised_nesting_gives_the_loops_figures(events: list[tuple[float, float, int, int]],
-                                                        drawn: set[str] | None, in_order: bool) -> None:
+                                                        drawn: set[str] | None, in_order: bool,
+                                                        codes: list[int] | None) -> None:
     if in_order:
         events = sorted(events, key=lambda e: e[0])  # a thread in time order is taken in file order
-    loop, vector = _both(events, drawn)
+    loop, vector = _both(events, drawn, codes)
     assert _ordered(vector) == _ordered(loop)  # same keys, same order, same floats
-    for table in vector:
+    for table in vector[:2]:
         for values in table.values():
             assert all(type(v) is type(w) for v, w in zip(values, table[next(iter(table))], strict=True))
 
@@ -112,8 +120,9 @@ def test_a_role_without_a_marker_above_takes_the_marker_it_lies_in() -> None:
     events = [(150.0, 20.0, 2, 1), (151.0, 5.0, 0, 0)]
     ts, dur, name, kind = _thread(events)
     for nested in (nest_loop, nest_vectorised):
-        ops, roles = nested(ts, dur, name, kind, NAMES, _kinds(None), marks, False)
+        ops, roles, spans = nested(ts, dur, name, kind, NAMES, _kinds(None), marks, False)
         assert roles == {(4, "rollout"): [20.0, 1, 5.0]} and ops == {(4, "rollout", "aten::mm"): [5.0, 5.0, 1]}
+        assert spans == [(150.0, 170.0, 4, 2)]
     # Within 1 ns of the next marker: the first marker in file order that holds it.
     assert step_at(marks, 99.9995) == 3 and step_at(marks[::-1], 99.9995) == 4
 
@@ -148,3 +157,15 @@ def test_many_threads_read_the_same_with_and_without_numpy(tmp_path: Path, monke
     assert figures() == fast
     with pytest.raises(RuntimeError):
         nest_vectorised(array("d"), array("d"), array("l"), bytearray(), NAMES, b"", [], False)
+
+
+def test_operators_in_no_role_take_the_role_lent_to_them_and_roles_keep_their_times() -> None:
+    # A thread that draws no role: an operator (with a child) lent actor_update of step 4, one lent nothing.
+    events = [(10.0, 6.0, 7, 0), (11.0, 2.0, 0, 0), (30.0, 1.0, 1, 0)]
+    ts, dur, name, kind = _thread(events)
+    lent = (array("l", [1, 1, -1]), [(3, 2), (4, 3)])
+    for nested in (nest_loop, nest_vectorised):
+        ops, roles, spans = nested(ts, dur, name, kind, NAMES, _kinds(None), [], False, lent)
+        assert ops == {(None, None, "aten::add"): [1.0, 1.0, 1], (4, "actor_update", "aten::mm"): [2.0, 2.0, 1],
+                       (4, "actor_update", "gloo:all_reduce"): [4.0, 6.0, 1]}
+        assert roles == {} and spans == []

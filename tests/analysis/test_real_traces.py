@@ -210,7 +210,7 @@ def test_torchrun_job_roles_times_and_straggler(job_summary: Summary, job: Path,
     assert summary.run == "job" and summary.processes == ["rank 0", "rank 1"]
     assert sorted(summary.roles) == ["actor_update", "rollout", "sync"]
     assert not any(p.role.startswith(("gloo", "ProfilerStep")) for p in summary.phases)
-    # torch's own range of the collective is an operator (on gloo's thread: in no role), never a role.
+    # torch's own range of the collective is an operator, never a role.
     assert any(o.name.startswith("gloo:all_reduce") for ops in summary.role_ops.values() for o in ops)
     assert _check_times(summary, _timers(job / "timers" / "step")) == 12  # 2 steps x 3 roles x 2 ranks
     for step in (2, 3):
@@ -222,3 +222,17 @@ def test_torchrun_job_roles_times_and_straggler(job_summary: Summary, job: Path,
     assert "rank 1" in out and "gloo" not in out.split("Top operators")[0]
     assert main(["diff", str(job / "save" / "step"), "--steps", "2", "3", "--json"]) == 0
     assert {r["role"] for r in json.loads(capsys.readouterr().out)["roles"]} == {"rollout", "actor_update", "sync"}
+
+
+def test_a_collective_on_gloos_thread_counts_in_the_role_it_ran_in(job_summary: Summary, job: Path) -> None:
+    # gloo runs the all_reduce on a thread of its own, which draws no role: its operators count in the role
+    # the main thread was in when they started (sync), not in the step's row of work in no role.
+    summary = job_summary
+    assert any(o.name.startswith("gloo:all_reduce") for o in summary.role_ops["sync"])
+    assert not any(o.name.startswith("gloo") for o in summary.role_ops.get("step", []))
+    # Each rank's trace: the collective's events lie on a thread other than the one that draws sync.
+    for path in (job / "save" / "step").rglob("*.pt.trace.json*"):
+        doc = json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes())
+        threads = {e["name"]: e["tid"] for e in doc["traceEvents"] if e.get("ph") == "X"
+                   and (e["name"] == "sync" or e["name"].startswith("gloo:all_reduce"))}
+        assert len(threads) == 2 and threads["sync"] != next(t for n, t in threads.items() if n != "sync"), path

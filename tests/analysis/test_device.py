@@ -1,0 +1,102 @@
+"""Device time per role: each kernel, copy and set counts in the role that launched it (by correlation id)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from profctx.analysis import _trace, _tracedecode, read_figures, summarize
+from profctx.cli import main
+
+from . import cuda
+from .synth import Spec
+from .synth import write_run as write_synth
+
+
+def _write(tmp_path: Path, doc: dict[str, Any]) -> Path:
+    path = tmp_path / "t.pt.trace.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _figures(path: Path) -> tuple[Any, ...]:
+    got = read_figures(path)
+    return got.role_device, got.device, got.device_us, got.ops, got.roles, got.span_us, got.events, got.problem
+
+
+@pytest.mark.parametrize("padding", [0, 12_000])  # 12,000 operators first: the device events come in a later batch
+def test_device_time_counts_in_the_role_that_launched_it(tmp_path: Path, padding: int,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _write(tmp_path, cuda.document(padding))
+    got = read_figures(path)
+    assert got.problem is None
+    assert got.role_device == pytest.approx(cuda.EXPECTED)
+    # A kernel that ran after its role's CPU range closed still counts in that role, not in the next one.
+    assert got.role_device[(3, "rollout")] != cuda.BY_TIME["rollout"]
+    assert got.device_us == pytest.approx(sum(cuda.EXPECTED.values()))
+    # Runtime calls stay operators of the role they ran in; the backward thread's operator is lent actor_update.
+    assert got.ops[(3, "rollout", "cuLaunchKernel")][2] == 1
+    assert got.ops[(3, "actor_update", "cudaLaunchKernel")][2] == 2  # one on the main thread, one on backward's
+    assert (3, "actor_update", "autograd::engine::evaluate_function: MmBackward0") in got.ops
+    fast = _figures(path)
+    # The fallback parser (no msgspec), and the loop over each event, give the same figures.
+    with monkeypatch.context() as patched:
+        for attr in ("_EVENTS", "_HEADS", "_RAWS"):
+            patched.setattr(_tracedecode, attr, None)
+        assert _figures(path) == fast
+        patched.setattr(_trace, "_batch", lambda *args: None)
+        assert _figures(path) == fast
+    monkeypatch.setattr(_trace, "_batch", lambda *args: None)
+    assert _figures(path) == fast
+
+
+def test_a_trace_without_device_events_has_no_device_figures(tmp_path: Path) -> None:
+    doc = cuda.document()
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("cat") not in _trace.DEVICE_CATS]
+    got = read_figures(_write(tmp_path, doc))
+    assert got.role_device == {} and got.device == {} and got.device_us == 0.0
+    assert got.roles[(3, "rollout")][1] == 1
+
+
+def test_the_summary_gives_device_seconds_per_role_and_step(tmp_path: Path) -> None:
+    summary = summarize(cuda.write_run(tmp_path / "run", cuda.document()))
+    (capture,) = summary.captures
+    assert capture.role_device == pytest.approx({(3, "rollout"): 308e-6, (3, "actor_update"): 120e-6,
+                                                 (3, "step"): 15e-6})
+    rollout, update = summary.phase(3, "rollout"), summary.phase(3, "actor_update")
+    assert rollout is not None and rollout.device_s == pytest.approx(308e-6)
+    assert update is not None and update.device_s == pytest.approx(120e-6)
+    assert summary.role_device == pytest.approx({"rollout": 308e-6, "actor_update": 120e-6, "step": 15e-6})
+    doc = summary.to_json()
+    assert {p["role"]: p["device_s"] for p in doc["phases"]} == pytest.approx({"rollout": 308e-6,
+                                                                              "actor_update": 120e-6})
+    assert doc["role_device_s"] == pytest.approx(summary.role_device)
+    assert {(r["step"], r["role"]) for r in doc["captures"][0]["role_device"]} == {(3, "rollout"),
+                                                                                 (3, "actor_update"), (3, "step")}
+
+
+def test_in_role_mode_the_captures_kernels_count_in_its_role(tmp_path: Path) -> None:
+    doc = cuda.document()
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("name") != "rollout"]
+    doc["profctxRanges"]["roles"] = ["actor_update"]
+    summary = summarize(cuda.write_run(tmp_path / "run", doc, role="train/actor_update"))
+    assert summary.role_device == pytest.approx({"train/actor_update": sum(cuda.EXPECTED.values()) / 1e6})
+    phase = summary.phase(3, "train/actor_update")
+    assert phase is not None and phase.device_s == pytest.approx(sum(cuda.EXPECTED.values()) / 1e6)
+
+
+def test_the_report_shows_device_time_per_role_only_for_traces_with_device_events(tmp_path: Path) -> None:
+    save = cuda.write_run(tmp_path / "run", cuda.document())
+    assert main(["report", str(save), "--output", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text()
+    assert 'id=phases' in page and "<th>device</th>" in page
+    assert 'class=device data-role="rollout" data-seconds="0.000308"' in page
+    assert 'class=device-total data-role="step"' in page  # launched in no role
+    plain = write_synth(tmp_path / "cpu", Spec(steps=(1,), ranks=1, events=20, mode="step"))
+    assert main(["report", str(plain), "--output", str(tmp_path / "p.html")]) == 0
+    page = (tmp_path / "p.html").read_text()
+    assert "<th>device</th>" not in page and "class=device" not in page
+    assert summarize(plain).role_device == {} and all(p.device_s is None for p in summarize(plain).phases)
