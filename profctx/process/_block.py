@@ -52,7 +52,7 @@ class Session:
     open and stop before they close.
     """
 
-    __slots__ = ("__weakref__", "_guard", "context", "opened", "runtime", "scope", "sets_role", "sets_step")
+    __slots__ = ("__weakref__", "_guard", "context", "opened", "runtime", "scope", "sets_role", "sets_step", "tokens")
 
     def __init__(self, parent: Scope, step: int | None, role: str | None, tags: dict[str, Any]) -> None:
         step = check(step, role)
@@ -71,6 +71,8 @@ class Session:
             configure_from_environment()
         self.runtime: Runtime | None = OWNER.runtime
         self._guard: weakref.finalize[Any, Any] | None = None
+        #: What :meth:`start` returned, kept by ``profile_step`` for its exit.
+        self.tokens: Tokens | None = None
 
     def open(self) -> None:
         """Open the captures and ranges the plan asks for (call with the parent scope active).
@@ -378,16 +380,16 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
     exceptions raised in the block pass through unchanged. One object per ``with``.
     """
 
-    __slots__ = ("_entered", "_role", "_step", "_t0", "_tags", "_tl", "_tokens")
+    __slots__ = ("_entered", "_role", "_step", "_t0", "_tags", "_tl")
 
     def __init__(self, step: int | None = None, role: str | None = None, **tags: Any) -> None:
         self._step = step
         self._role = role
         self._tags = tags
         #: While entered: the block's Session; only its scope token when it opened nothing; or
-        #: (scope token, capture, range) for a role-only block in the window that needs no Session.
+        #: (scope token, capture, range) for a role-only block in the window that needs no Session. (A
+        #: Session keeps its own tokens: one store less per block, about 15 ns.)
         self._entered: Session | Token[Scope] | tuple[Token[Scope], Capture | None, Range | None] | None = None
-        self._tokens: Tokens | None = None
         #: The timeline this block is timed for (a step, or a role directly under the step); ``_t0``: its start,
         #: set only with it.
         self._tl: Timeline | None = None
@@ -458,7 +460,21 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
                                 self._t0 = _clock()
                         return child
                     if held is None:
-                        return self._in_window(owner, rt, parent, at, child)
+                        capture = CONTEXT.get()
+                        # Runtime.role_block's answer, kept on the kept child for the policies in force
+                        # (Scope._quiet): one identity test, and the gate (Owner.open_gate) written out.
+                        if capture is None and child._quiet is rt._policies and not rt.deferred:
+                            owner.gate.append(self)
+                            if not owner._lit:
+                                owner.refresh()
+                            self._entered = (SCOPE.set(child), None, None)
+                            if at is not None and not parent.roles:  # timed (_clock_in, written out)
+                                timeline = rt.timeline
+                                if timeline is not None:
+                                    self._tl = timeline
+                                    self._t0 = _clock()
+                            return child
+                        return self._in_window(owner, rt, parent, at, child, capture)
                 elif rt is None or at not in rt.busy_roles:
                     new = Unfrozen()
                     new.step = parent.step
@@ -480,7 +496,7 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
                     new._tags = merge_tags(parent._tags, tags)
                     new._kids = new._quiet = None
                     new.__class__ = Scope  # type: ignore[assignment]
-                    return self._in_window(owner, rt, parent, at, new)  # type: ignore[arg-type]
+                    return self._in_window(owner, rt, parent, at, new, CONTEXT.get())  # type: ignore[arg-type]
         return self._enter_session()
 
     def _enter_session(self) -> Scope:
@@ -489,34 +505,22 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
         session = self._new()
         tokens: Tokens | None = None
         try:
-            tokens = self._tokens = session.start()
+            tokens = session.tokens = session.start()
             self._clock_in(parent)
             return session.scope
         except BaseException:
-            self._entered = self._tokens = None
+            self._entered = None
             if tokens is not None:  # started, then interrupted: the with-body will not run
                 session.finish(tokens, in_flight=True)
             raise
 
-    def _in_window(self, owner: Any, rt: Runtime, parent: Scope, at: int | None, scope: Scope) -> Scope:
+    def _in_window(self, owner: Any, rt: Runtime, parent: Scope, at: int | None, scope: Scope,
+                   capture: Capture | None) -> Scope:
         """Enter a role block of an in-window step: nothing or a range of the live capture, else a Session.
 
         The block keeps the gate open while it runs (``@profiled`` switches stay on, also in a
         task that outlives its step block).
         """
-        capture = CONTEXT.get()
-        # Runtime.role_block's answer, kept on the kept child for the policies in force
-        # (Scope._quiet): one identity test, and the gate (Owner.open_gate) written out.
-        if capture is None and scope._quiet is rt._policies and not rt.deferred:
-            owner.gate.append(self)
-            if not owner._lit:
-                owner.refresh()
-            self._entered = (SCOPE.set(scope), None, None)
-            timeline = rt.timeline  # _clock_in, written out: a role directly under the step
-            if timeline is not None and at is not None and not parent.roles:
-                self._tl = timeline
-                self._t0 = _clock()
-            return scope
         roles = scope.roles
         name = rt.role_block(capture, at, roles)
         if name is None:
@@ -581,7 +585,7 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
                         if not gate:
                             owner.refresh()
         elif kind is Session:
-            tokens, self._tokens = self._tokens, None
+            tokens, entered.tokens = entered.tokens, None  # type: ignore[union-attr]
             entered.finish(tokens, in_flight=exc_type is not None)  # type: ignore[union-attr]
         else:
             raise RuntimeError("a profile_step object was exited without being entered")
@@ -620,11 +624,11 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
         session = self._new()
         tokens: Tokens | None = None
         try:
-            tokens = self._tokens = await session.astart()
+            tokens = session.tokens = await session.astart()
             self._clock_in(parent)
             return session.scope
         except BaseException:
-            self._entered = self._tokens = None
+            self._entered = None
             if tokens is not None:
                 await session.afinish(tokens, in_flight=True)
             raise
@@ -634,7 +638,8 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
     ) -> None:
         if self._tl is not None:
             self._clock_out()
-        session, tokens = self._entered, self._tokens
-        self._entered = self._tokens = None
+        session = self._entered
+        self._entered = None
         assert isinstance(session, Session)
+        tokens, session.tokens = session.tokens, None
         await session.afinish(tokens, in_flight=exc_type is not None)
