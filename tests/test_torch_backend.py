@@ -9,6 +9,7 @@ import os
 import re
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -177,3 +178,49 @@ def test_contents_map_to_torch_profiler_options(tmp_path: Path) -> None:
     assert plain and not any("Input Dims" in a for a in plain)
     shaped = capture_args(["cpu", "shapes"])
     assert any(a.get("Input Dims") == [[8, 8], [8, 8]] for a in shaped)
+
+
+@pytest.mark.parametrize("cuda", [True, False])
+def test_a_capture_after_a_cuda_capture_starts_once_its_trace_is_exported(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cuda: bool) -> None:
+    # torch exports a CUDA trace's GPU times with ts 0 and dur 0 once the next session has started (seen on an
+    # H200, benchmarks/gpu_check.py): a capture that recorded CUDA activity makes the next start wait for its
+    # export. CPU-only captures never wait. This CPU build records no CUDA: the backend is told it did.
+    # tests/backends/test_gpu.py checks the real thing: back-to-back CUDA captures keep their kernel times.
+    from torch.profiler import profile
+
+    import profctx.backends.torch as backend
+
+    if cuda:
+        monkeypatch.setattr(backend, "exported_before_next_start", lambda activities: True)
+    seen: list[tuple[str, float]] = []
+    export, start = profile.export_chrome_trace, profile.start
+
+    def slow_export(self: Any, path: str) -> Any:
+        threading.Event().wait(0.3)
+        try:
+            return export(self, path)
+        finally:
+            seen.append(("exported", time.perf_counter()))
+
+    def noted_start(self: Any) -> Any:
+        seen.append(("started", time.perf_counter()))
+        return start(self)
+
+    monkeypatch.setattr(profile, "export_chrome_trace", slow_export)
+    monkeypatch.setattr(profile, "start", noted_start)
+    profctx.configure(steps="1:3", save_path=tmp_path, exit_hooks=False, timeline=False)
+    for step in (1, 2):
+        with profctx.profile_step(step):
+            work(1)
+    assert profctx.flush(30)
+    order = [what for what, _ in sorted(seen, key=lambda s: s[1])]
+    records = sorted(read(tmp_path), key=lambda r: r["step"])
+    assert [r["status"] for r in records] == ["ok", "ok"]
+    waited = [n for n in records[1].get("notes", []) if "previous capture's CUDA trace" in n]
+    if cuda:
+        assert order == ["started", "exported", "started", "exported"]
+        assert len(waited) == 1
+    else:
+        assert order == ["started", "started", "exported", "exported"]
+        assert not waited

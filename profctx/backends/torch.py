@@ -7,6 +7,8 @@ import errno
 import json
 import os
 import shutil
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -34,6 +36,10 @@ COMPRESS_LEVELS = range(1, 10)
 FULL_BELOW = 256 * 1024
 #: Options this backend reads from ``tool_options``.
 OPTIONS = ("compress_level", "all_threads")
+#: Seconds a capture's start waits at most for the previous capture's CUDA trace to be exported.
+EXPORT_WAIT_S = 120.0
+#: A wait at a capture's start longer than this (seconds) is noted in its manifest record.
+NOTED_WAIT_S = 0.001
 
 
 class SessionLostError(RuntimeError):
@@ -63,6 +69,9 @@ class TorchBackend:
         self._roles: set[str] = set()
         self._steps: set[str] = set()
         self._step_range: Any = None
+        #: Set once the last capture that recorded CUDA activity has been exported (None: nothing pending).
+        self._exported: threading.Event | None = None
+        self._cuda = False
 
     @classmethod
     def check_config(cls, config: ProfilerConfig) -> None:
@@ -104,6 +113,7 @@ class TorchBackend:
             raise SessionLostError("a torch profiler not started by profctx is already running in this process")
         activities = [ProfilerActivity.CPU]
         wants_cuda = "cuda" in spec.contents or not spec.contents
+        self._wait_for_export(spec)
         if wants_cuda and torch.cuda.is_available():
             activities.append(ProfilerActivity.CUDA)
         elif "cuda" in spec.contents:
@@ -113,6 +123,7 @@ class TorchBackend:
         flags = {keyword: (content in spec.contents) for content, keyword in FLAGS.items()}
         all_threads = bool(spec.options.get("all_threads", False))
         prof = profile(activities=activities, experimental_config=_experimental_config(all_threads), **flags)
+        self._cuda = exported_before_next_start(activities)
         self._prof = prof  # before start(): an interrupt inside it still leaves something to abort
         self._spec = spec
         self._roles, self._steps, self._step_range = set(), set(), None
@@ -144,7 +155,30 @@ class TorchBackend:
             # Exporting a profiler whose session was taken by another one crashes the process.
             raise SessionLostError("another torch profiler took this process's profiling session during the capture")
         level = int(spec.options.get("compress_level", 3))
-        return lambda: _export(prof, spec, level)
+        exported = None
+        if self._cuda:
+            # torch reads a CUDA trace's GPU times when it exports it: once the next session has started,
+            # every kernel, copy and CUDA call exports with ts 0 and dur 0 (seen with torch 2.11 on an H200,
+            # docs/performance.md). The next start() waits for this export, not for its compression.
+            exported = self._exported = threading.Event()
+        return lambda: _export(prof, spec, level, exported)
+
+    def _wait_for_export(self, spec: CaptureSpec) -> None:
+        """Wait until the previous CUDA capture's trace is exported (see :meth:`stop`); note a wait felt."""
+        exported, self._exported = self._exported, None
+        if exported is None or exported.is_set():
+            return
+        began = time.perf_counter()
+        done = exported.wait(EXPORT_WAIT_S)
+        waited = time.perf_counter() - began
+        if not done:
+            note = (f"the previous capture's CUDA trace was still being exported after {waited:.0f} s; "
+                    "started anyway: that trace's GPU times may read 0")
+            spec.notes.append(note)
+            warn_once("torch:export-wait", "profctx: %s", note)
+        elif waited > NOTED_WAIT_S:
+            spec.notes.append(f"waited {waited * 1e3:.1f} ms for the previous capture's CUDA trace to be exported "
+                              "(torch loses its GPU times once a new session starts)")
 
     def abort(self) -> None:
         """Stop a session whose start or stop was cut short (an interrupt); drop its data."""
@@ -187,18 +221,27 @@ class TorchBackend:
         """Do nothing: captures are whole steps or roles, not torch schedules."""
 
 
-def _export(prof: Any, spec: CaptureSpec, level: int) -> Sequence[Path]:
+def exported_before_next_start(activities: Sequence[Any]) -> bool:
+    """Whether a capture of ``activities`` must be exported before the next session starts: any device activity."""
+    return len(activities) > 1  # CPU is always first; CUDA is the only other activity this backend asks for
+
+
+def _export(prof: Any, spec: CaptureSpec, level: int, exported: threading.Event | None = None) -> Sequence[Path]:
     final = spec.folder / f"{spec.stem}.pt.trace.json"
     try:
-        return _write(prof, spec, final, level)
+        return _write(prof, spec, final, level, exported)
     except Exception as exc:
         if disk_full(spec.folder, exc):
             raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} while writing {final.name}",
                           str(spec.folder)) from exc
         raise
+    finally:
+        if exported is not None:
+            exported.set()  # also when the export failed before torch was called: nothing is left to wait for
 
 
-def _write(prof: Any, spec: CaptureSpec, final: Path, level: int) -> Sequence[Path]:
+def _write(prof: Any, spec: CaptureSpec, final: Path, level: int,
+           exported: threading.Event | None = None) -> Sequence[Path]:
     """Export and compress in a private working folder, then rename the result into ``spec.folder``.
 
     torch writes through temporaries of its own named from the path it is given: inside a fresh
@@ -210,7 +253,11 @@ def _write(prof: Any, spec: CaptureSpec, final: Path, level: int) -> Sequence[Pa
 
     sweep(spec.folder)  # what writers killed mid-write left here
     with working_folder(spec.folder) as (folder_fd, work_fd, work_path):
-        prof.export_chrome_trace(os.path.join(work_path, "trace"))
+        try:
+            prof.export_chrome_trace(os.path.join(work_path, "trace"))
+        finally:
+            if exported is not None:
+                exported.set()  # the next capture may start: what is left reads only the file
         if not spec.compress:
             os.replace("trace", final.name, src_dir_fd=work_fd, dst_dir_fd=folder_fd)
             return (final,)

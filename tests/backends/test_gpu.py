@@ -40,6 +40,28 @@ def test_torch_trace_has_cuda_kernels(tmp_path: Path) -> None:
     assert any(e.get("name") == "matmul" for e in events)
 
 
+@pytest.mark.parametrize("mode", ["step", "role"])
+def test_back_to_back_cuda_captures_keep_their_gpu_times(tmp_path: Path, mode: str) -> None:
+    # Exported after the next session had started, torch wrote every kernel, copy and CUDA call with ts 0 and
+    # dur 0 (torch 2.11, H200): the next capture's start now waits for the export.
+    profctx.configure(steps="1:4", mode=mode, save_path=str(tmp_path), exit_hooks=False)
+    x = torch.randn(512, 512, device="cuda")
+    for step in range(1, 4):
+        with profctx.profile_step(step):
+            for role in ("a", "b"):
+                with profctx.profile_step(role=role):
+                    for _ in range(20):
+                        x = torch.tanh(x @ x)
+    profctx.flush(120)
+    records = read(tmp_path)
+    assert len(records) == (3 if mode == "step" else 6)
+    for record in records:
+        assert record["status"] == "ok", record
+        trace = json.loads(gzip.decompress((tmp_path / record["files"][0]["path"]).read_bytes()))
+        device = [e for e in trace["traceEvents"] if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+        assert device and all(e["ts"] > 0 for e in device), record["files"][0]["path"]
+
+
 def test_nsys_backend_starts_and_stops_the_cuda_profiler_with_nvtx_ranges(tmp_path: Path) -> None:
     profctx.configure(steps=[3], tool="nsys", save_path=str(tmp_path), exit_hooks=False)
     with profctx.profile_step(3), profctx.profile_step(role="matmul"):
