@@ -32,18 +32,18 @@ BY_TIME = {"rollout": 100.0 + 8.0, "actor_update": 200.0 + 50.0 + 30.0}
 
 
 def _x(cat: str, name: str, ts: float, dur: float, tid: int | str = PID, pid: int | str = PID,
-       **args: Any) -> dict[str, Any]:
+       args: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": round(T0 + ts, 3), "dur": dur,
-            "args": args}
+            "args": args or {}}
 
 
 def _launch(name: str, ts: float, link: int, tid: int = PID) -> dict[str, Any]:
-    return _x("cuda_runtime", name, ts, 4.0, tid=tid, **{"External id": link + 500, "cbid": 211,
+    return _x("cuda_runtime", name, ts, 4.0, tid=tid, args={"External id": link + 500, "cbid": 211,
                                                         "correlation": link})
 
 
 def _device(cat: str, name: str, ts: float, dur: float, link: int) -> dict[str, Any]:
-    return _x(cat, name, ts, dur, tid=7, pid=0, **{"External id": link + 500, "queued": 0, "device": 0,
+    return _x(cat, name, ts, dur, tid=7, pid=0, args={"External id": link + 500, "queued": 0, "device": 0,
                                                      "context": 1, "stream": 7, "correlation": link,
                                                      "registers per thread": 128, "grid": [64, 1, 1],
                                                      "block": [256, 1, 1]})
@@ -64,26 +64,26 @@ def events(padding: int = 0) -> list[dict[str, Any]]:
         {"ph": "M", "name": "process_name", "ts": T0 - 300, "pid": 0, "tid": 0, "args": {"name": "python"}},
         {"ph": "M", "name": "process_labels", "ts": T0 - 300, "pid": 0, "tid": 0, "args": {"labels": "GPU 0"}},
         {"ph": "M", "name": "thread_name", "ts": T0 - 300, "pid": 0, "tid": 7, "args": {"name": "stream 7 "}},
-        _x("user_annotation", "ProfilerStep#3", 0.0, 1000.0, **{"External id": 1, "Record function id": 0}),
+        _x("user_annotation", "ProfilerStep#3", 0.0, 1000.0, args={"External id": 1, "Record function id": 0}),
     ]
     for i in range(padding):  # 1e-3 µs each: all before the first role
-        out.append(_x("cpu_op", "aten::empty", 1.0 + i * 1e-3, 5e-4, **{"External id": 10_000 + i,
+        out.append(_x("cpu_op", "aten::empty", 1.0 + i * 1e-3, 5e-4, args={"External id": 10_000 + i,
                                                                          "Input Dims": [[64, 64]]}))
     out += [
-        _x("user_annotation", "rollout", 10.0, 400.0, **{"External id": 2, "Record function id": 0}),
-        _x("cpu_op", "aten::mm", 20.0, 30.0, **{"External id": 3, "Input Dims": [[64, 64], [64, 64]]}),
+        _x("user_annotation", "rollout", 10.0, 400.0, args={"External id": 2, "Record function id": 0}),
+        _x("cpu_op", "aten::mm", 20.0, 30.0, args={"External id": 3, "Input Dims": [[64, 64], [64, 64]]}),
         _launch("cudaLaunchKernel", 25.0, 11),
-        _x("cpu_op", "aten::zero_", 100.0, 20.0, **{"External id": 4}),
+        _x("cpu_op", "aten::zero_", 100.0, 20.0, args={"External id": 4}),
         _launch("cudaMemsetAsync", 105.0, 16),
-        _x("cpu_op", "aten::mm", 370.0, 30.0, **{"External id": 5}),
+        _x("cpu_op", "aten::mm", 370.0, 30.0, args={"External id": 5}),
         _launch("cuLaunchKernel", 380.0, 12) | {"cat": "cuda_driver"},
-        _x("user_annotation", "actor_update", 420.0, 480.0, **{"External id": 6, "Record function id": 0}),
-        _x("cpu_op", "aten::copy_", 425.0, 20.0, **{"External id": 7}),
+        _x("user_annotation", "actor_update", 420.0, 480.0, args={"External id": 6, "Record function id": 0}),
+        _x("cpu_op", "aten::copy_", 425.0, 20.0, args={"External id": 7}),
         _launch("cudaMemcpyAsync", 430.0, 13),
-        _x("cpu_op", "aten::add", 495.0, 15.0, **{"External id": 8}),
+        _x("cpu_op", "aten::add", 495.0, 15.0, args={"External id": 8}),
         _launch("cudaLaunchKernel", 500.0, 14),
         _launch("cudaStreamSynchronize", 890.0, 17),  # launches nothing
-        _x("cpu_op", "aten::add", 945.0, 12.0, **{"External id": 9}),  # in the step, in no role
+        _x("cpu_op", "aten::add", 945.0, 12.0, args={"External id": 9}),  # in the step, in no role
         _launch("cudaLaunchKernel", 950.0, 15),
         # The backward thread: an operator and its launch during actor_update, no range of its own.
         _x("cpu_op", "autograd::engine::evaluate_function: MmBackward0", 590.0, 30.0, tid=BACKWARD),

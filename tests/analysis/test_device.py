@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -100,3 +101,56 @@ def test_the_report_shows_device_time_per_role_only_for_traces_with_device_event
     page = (tmp_path / "p.html").read_text()
     assert "<th>device</th>" not in page and "class=device" not in page
     assert summarize(plain).role_device == {} and all(p.device_s is None for p in summarize(plain).phases)
+
+
+# -- a real CUDA trace ---------------------------------------------------------------------------
+
+#: A run made by ``cuda_loop.py`` on an H200 (torch 2.11, CUDA 13): step 3, rollout and actor_update.
+REAL = Path(__file__).resolve().parent / "data" / "cuda_run"
+
+
+def _by_launch(doc: dict[str, Any]) -> tuple[dict[str | None, float], dict[str, float]]:
+    """Return, computed here from the raw events, the device µs per role by launch and per role by time."""
+    events = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    roles = set(doc["profctxRanges"]["roles"])
+    ranges = [(e["pid"], e["tid"], e["name"], e["ts"], e["ts"] + e["dur"]) for e in events
+              if e.get("cat") == "user_annotation" and e["name"] in roles]
+    drawing = {(pid, tid) for pid, tid, *_ in ranges}
+    launches = {e["args"]["correlation"]: (e["pid"], e["tid"], e["ts"]) for e in events
+                if e.get("cat") in ("cuda_runtime", "cuda_driver")}
+    by_launch: dict[str | None, float] = {}
+    by_time: dict[str, float] = {}
+    for e in events:
+        if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        pid, tid, ts = launches[e["args"]["correlation"]]
+        mine = (pid, tid) in drawing
+        held = [name for p, t, name, start, end in ranges
+                if p == pid and (t == tid) == mine and start <= ts < end]
+        role = held[0] if len(held) == 1 else None
+        by_launch[role] = by_launch.get(role, 0.0) + e["dur"]
+        for _, _, name, start, end in ranges:
+            if start <= e["ts"] < end:
+                by_time[name] = by_time.get(name, 0.0) + e["dur"]
+    return by_launch, by_time
+
+
+def test_a_real_cuda_trace_gives_each_role_the_kernels_it_launched() -> None:
+    (path,) = REAL.rglob("*.pt.trace.json.gz")
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    by_launch, by_time = _by_launch(doc)
+    # What makes the case: rollout's kernels run on after its range, and autograd's thread (no role) launches.
+    assert by_time.get("rollout", 0.0) < by_launch["rollout"]
+    backward = {e["tid"] for e in doc["traceEvents"] if e.get("name", "").startswith("autograd::engine")}
+    assert backward and not backward & {e["tid"] for e in doc["traceEvents"] if e.get("name") == "actor_update"}
+    summary = summarize(REAL)
+    assert summary.role_device == pytest.approx({"rollout": by_launch["rollout"] / 1e6,
+                                                 "actor_update": by_launch["actor_update"] / 1e6,
+                                                 "step": by_launch[None] / 1e6}, rel=1e-9)
+    for role in ("rollout", "actor_update"):
+        phase = summary.phase(3, role)
+        assert phase is not None and phase.device_s == pytest.approx(by_launch[role] / 1e6, rel=1e-9)
+    # The backward's operators, on autograd's thread, are listed in actor_update, none in no role.
+    ops = read_figures(path).ops
+    assert (3, "actor_update", "autograd::engine::evaluate_function: MmBackward0") in ops
+    assert not any(name.startswith("autograd::engine") for _, role, name in ops if role != "actor_update")
