@@ -98,9 +98,21 @@ def loop(save: Path) -> dict[str, object]:
             start, end = t.pop("_events")  # type: ignore[misc]
             t["gpu_s"] = start.elapsed_time(end) / 1e3
         (folder / "timers.jsonl").write_text("".join(json.dumps(t) + "\n" for t in timers))
-        out[mode] = {"files": sorted(str(p.relative_to(folder)) for p in folder.rglob("*.json*")),
+        out[mode] = {"device_events": _device_events(folder),
                      "timers": [t for t in timers if 2 <= int(t["step"]) <= 4]}  # type: ignore[call-overload]
     return out
+
+
+def _device_events(folder: Path) -> dict[str, list[int]]:
+    """Per trace: how many device events (kernels, copies, sets) it holds, and how many read ts 0."""
+    import gzip
+
+    counts = {}
+    for path in sorted(folder.rglob("*.pt.trace.json.gz")):
+        events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+        device = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+        counts[str(path.relative_to(folder).parent)] = [len(device), sum(1 for e in device if not e.get("ts"))]
+    return counts
 
 
 def body(rounds: int = 7, steps: int = 5) -> dict[str, object]:
@@ -215,12 +227,33 @@ def memory(save: Path) -> dict[str, object]:
     return {"snapshot": str(files[0]), "allocs": allocs}
 
 
+def compare(save: Path) -> None:
+    """Print, per mode, step and role, the summary's range and device times next to the loop's own timers."""
+    for mode in ("step", "contiguous", "role"):
+        folder = save / mode
+        lines = (folder / "timers.jsonl").read_text().splitlines()
+        timers = {(t["step"], t["role"]): t for t in map(json.loads, lines)}
+        for phase in json.loads((folder / "summary.json").read_text())["phases"]:
+            t = timers.get((phase["step"], phase["role"]))
+            device = phase.get("device_s")
+            if t is None or device is None:
+                print(mode, phase["step"], phase["role"], "device_s", device)
+                continue
+            print(f"{mode:10} step {phase['step']} {phase['role']:13} range {phase['time_s'] * 1e3:7.3f} ms "
+                  f"(timer {t['cpu_s'] * 1e3:7.3f})  device {device * 1e3:7.3f} ms "
+                  f"(CUDA events {t['gpu_s'] * 1e3:7.3f}, ratio {device / t['gpu_s']:.3f})")
+
+
 def main() -> None:
     """Run the sections asked for; print one JSON line per section."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--save", required=True)
     parser.add_argument("--only", default="loop,body,stall,first,memory")
+    parser.add_argument("--compare", action="store_true", help="compare a finished run's summary.json with its timers")
     args = parser.parse_args()
+    if args.compare:
+        compare(Path(args.save))
+        return
     save = Path(args.save)
     save.mkdir(parents=True, exist_ok=True)
     print(json.dumps({"device": torch.cuda.get_device_name(0), "torch": torch.__version__}), flush=True)

@@ -42,6 +42,8 @@ timeout 240 python3 benchmarks/gpu_check.py --save "$runs" 2>&1 | tee "$out/chec
     timeout 60 python3 -m profctx summary --json "$runs/$mode" >"$runs/$mode/summary.json"
     echo "rc=$?"
   done
+  echo "== device time per role (summary, kernels by correlation) against the CUDA-event timers"
+  python3 benchmarks/gpu_check.py --save "$runs" --compare
   echo "== report step"; timeout 60 python3 -m profctx report "$runs/step" -o "$runs/step/report.html"; echo "rc=$?"
   echo "== merge step"; timeout 60 python3 -m profctx merge "$runs/step" -o "$runs/merged.json.gz"; echo "rc=$?"
   python3 - "$runs/merged.json.gz" <<'EOF'
@@ -83,8 +85,14 @@ tar czf "$out/runs.tgz" -C "$runs" --exclude='*.html' . 2>/dev/null
   fi
 } >"$out/nsys.txt" 2>&1
 
-timeout 120 python3 -m pytest -q -p no:cacheprovider -m "not ray" tests/backends tests/test_torch_backend.py \
-  tests/analysis/test_real_traces.py tests/cli/test_hta.py tests/cli/test_hta_layout.py tests/test_steps.py \
-  >"$out/tests.txt" 2>&1
+nsys=$(command -v nsys || find / -xdev -name nsys -type f -perm -u+x 2>/dev/null | head -1)
+PATH="$(dirname "${nsys:-/nonexistent/x}"):$PATH" timeout 150 python3 -m pytest -q -p no:cacheprovider -m "not ray" \
+  tests/backends tests/test_torch_backend.py tests/analysis/test_real_traces.py tests/analysis/test_device.py \
+  tests/cli/test_hta.py tests/cli/test_hta_layout.py tests/test_steps.py >"$out/tests.txt" 2>&1
 tail -5 "$out/tests.txt"
+if [ -n "${PROFCTX_GPU_BENCH:-}" ]; then  # the analysis on 2 of the machine's cores, a quiet machine: wall against CPU
+  timeout "$PROFCTX_GPU_BENCH" taskset -c 0,1 python3 benchmarks/bench_analysis_real.py --ranks 4 --steps 2 --mb 10 \
+    --repeat 2 --bomb-mb 0 >"$out/bench.txt" 2>&1
+  tail -25 "$out/bench.txt"
+fi
 ls -la "$out"
