@@ -234,7 +234,7 @@ def main() -> None:
     run = folder / "run"
     traces = lay_out(source, run, args.ranks, args.steps)
     here = str(Path(__file__).resolve().parent.parent)
-    env = {**os.environ, "PYTHONPATH": here}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}
     py = sys.executable
     distinct = {os.stat(p).st_ino: p for p in traces}
     sizes = {ino: json_size(p) for ino, p in distinct.items()}
