@@ -36,13 +36,13 @@ from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
-from operator import add, attrgetter, eq, not_
+from operator import add, attrgetter, eq, not_, sub
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from ..core._plan import RANGES_KEY
 from ._nesting import MARK, OP, ROLE, STEP_MARKER, Lent, Span, nest, step_at
-from ._tracedecode import Decoder, Unchecked, as_event, correlation, correlation_of, events, flat
+from ._tracedecode import Decoder, Unchecked, as_event, correlation, correlations, events, flat
 from ._tracejson import EVENTS, TraceFormatError, TraceStream
 
 _np: Any  # numpy, or None where it is not installed
@@ -133,6 +133,15 @@ class _Device:
 def _id(link: int | None) -> int:
     """Return a correlation id as the arrays keep it: ``-1`` for none or one past 64 bits."""
     return link if link is not None and 0 <= link < 1 << 63 else -1
+
+
+def _ids(links: list[int | None]) -> array[int]:
+    """Return the correlation ids ``links`` as the arrays keep them (see :func:`_id`), in C when all are plain."""
+    try:
+        found = array("q", cast("list[int]", links))  # a None raises TypeError: taken one by one below
+    except (TypeError, OverflowError):
+        return array("q", map(_id, links))
+    return found if min(found, default=0) >= 0 else array("q", map(_id, links))
 
 
 def read_figures(path: str | Path, root: str | Path | None = None) -> TraceFigures:
@@ -277,7 +286,7 @@ def _nest_all(figures: TraceFigures, threads: dict[tuple[Any, Any], _Thread], na
         cover = covers[place] = lenders.get(place[0], _NOWHERE)
         lent: Lent | None = None
         if cover.spans:
-            lent = (array("l", map(cover.code, thread.ts)), [(step, name) for _, _, step, name in cover.spans])
+            lent = (cover.codes_of(thread.ts), [(step, name) for _, _, step, name in cover.spans])
         ops, roles, _ = nest(thread.ts, thread.dur, thread.name, thread.kind, names, kinds, marks, figures.marked,
                              lent)
         results[place] = ops, roles
@@ -288,22 +297,29 @@ def _nest_all(figures: TraceFigures, threads: dict[tuple[Any, Any], _Thread], na
     if not device.ids:
         return
     launched: dict[int, tuple[int | None, str | None]] = {}
+    # The step of a launch in no role: that of the one marker that holds it (else as nest places a role).
+    steps = _Cover([(start - 1e-3, end, step, 0) for start, end, step in marks])
     for place, thread in threads.items():
+        if not thread.launch_id:
+            continue
         cover = covers[place]
-        for link, ts in zip(thread.launch_id, thread.launch_ts, strict=True):
-            if link < 0:
-                continue
-            code = cover.code(ts)
-            if code < 0:
-                launched[link] = (step_at(marks, ts), None)
-            else:
-                _, _, step, name = cover.spans[code]
-                launched[link] = (step, names[name])
+        labels = [(step, names[name]) for _, _, step, name in cover.spans]
+        codes = cover.codes_of(thread.launch_ts)
+        where = [labels[code] if code >= 0 else (_step_of(steps, marks, ts), None)
+                 for code, ts in zip(codes, thread.launch_ts, strict=True)]
+        launched.update(zip(thread.launch_id, where, strict=True))
+    launched.pop(-1, None)  # launches without an id link nothing
     unknown: tuple[int | None, str | None] = (None, None)
     table = figures.role_device
-    for link, dur in zip(device.ids, device.dur, strict=True):
-        key = launched.get(link, unknown)
+    for key, dur in zip(map(launched.get, device.ids, repeat(unknown)), device.dur, strict=True):
         table[key] = table.get(key, 0.0) + dur
+
+
+def _step_of(steps: _Cover, marks: list[tuple[float, float, int]], ts: float) -> int | None:
+    """Return :func:`profctx.analysis._nesting.step_at` of ``ts``; ``steps`` covers the markers (found by
+    bisection where one marker alone holds ``ts``)."""
+    code = steps.code(ts)
+    return steps.spans[code][2] if code >= 0 else step_at(marks, ts)
 
 
 class _Cover:
@@ -320,8 +336,9 @@ class _Cover:
         # time, the one range open then, if only one is.
         changes = sorted([(start, 1, at) for at, (start, _, _, _) in enumerate(self.spans)]
                          + [(end, -1, at) for at, (_, end, _, _) in enumerate(self.spans)])
-        self.bounds: list[float] = []
-        self.codes: list[int] = []
+        # Led by a bound before every time: a bisection always lands on a segment.
+        self.bounds: list[float] = [float("-inf")]
+        self.codes: list[int] = [-1]
         open_: set[int] = set()
         for at, (time, change, which) in enumerate(changes):
             if change > 0:
@@ -335,8 +352,12 @@ class _Cover:
 
     def code(self, ts: float) -> int:
         """Return the index (in :attr:`spans`) of the range that alone holds ``ts``, else ``-1``."""
-        at = bisect_right(self.bounds, ts) - 1
-        return self.codes[at] if at >= 0 else -1
+        return self.codes[bisect_right(self.bounds, ts) - 1]
+
+    def codes_of(self, times: Sequence[float]) -> array[int]:
+        """Return :meth:`code` of each time (bisections taken in C)."""
+        return array("l", map(self.codes.__getitem__, map(sub, map(bisect_right, repeat(self.bounds), times),
+                                                          repeat(1))))
 
 
 _NOWHERE: Final = _Cover(())
@@ -388,21 +409,21 @@ def _batch(batch: list[Any], names: _Names, threads: dict[tuple[Any, Any], _Thre
             return None
     lo = float("inf")
     hi = float("-inf")
-    launches: list[tuple[int, int, float]] = []  # (position, correlation id, start) of each runtime call
-    link = correlation_of if unchecked else correlation
+    launches: list[int] = []  # the position of each runtime call
     if _OPERATOR_ONLY.isdisjoint(kinds_seen):
         ranges = bytes(len(batch))
     else:
         cats = list(_column(batch, "cat", unchecked))
         labels = list(_column(batch, "name", unchecked))
         if not RUNTIME_CATS.isdisjoint(kinds_seen):
-            launches = [(i, _id(link(batch[i])), starts[i])
-                        for i in compress(range(len(batch)), map(RUNTIME_CATS.__contains__, cats))]
+            launches = list(compress(range(len(batch)), map(RUNTIME_CATS.__contains__, cats)))
         apart = list(map(_APART.__contains__, cats))
         if any(apart):
+            kernels = []
             for i in compress(range(len(batch)), apart):
                 if cats[i] in IGNORED_CATS:
                     continue  # counted as an event, nothing more
+                kernels.append(i)
                 ts = starts[i]
                 dur = durations[i]
                 lo = min(lo, ts)
@@ -414,7 +435,8 @@ def _batch(batch: list[Any], names: _Names, threads: dict[tuple[Any, Any], _Thre
                     slot[0] += dur
                     slot[1] += 1
                 figures.device_us += dur
-                device.add(link(batch[i]), dur)
+            device.ids.extend(_ids(correlations(list(map(batch.__getitem__, kernels)), unchecked)))
+            device.dur.extend(map(durations.__getitem__, kernels))
             kept = list(map(not_, apart))
             starts = array("d", compress(starts, kept))
             durations = array("d", compress(durations, kept))
@@ -441,11 +463,13 @@ def _batch(batch: list[Any], names: _Names, threads: dict[tuple[Any, Any], _Thre
             _extend(threads, place, array("d", compress(starts, mine)), array("d", compress(durations, mine)),
                     array("l", compress(indexes, mine)), bytes(compress(ranges, mine)))
     # After the events: a thread is made by its first event, as the loop over each event makes it.
-    for i, found, ts in launches:
-        e = batch[i]
-        thread = threads[(e.get("pid"), e.get("tid")) if unchecked else (e.pid, e.tid)]
-        thread.launch_id.append(found)
-        thread.launch_ts.append(ts)
+    if launches:
+        ids = _ids(correlations(list(map(batch.__getitem__, launches)), unchecked))
+        for i, found in zip(launches, ids, strict=True):
+            e = batch[i]
+            thread = threads[(e.get("pid"), e.get("tid")) if unchecked else (e.pid, e.tid)]
+            thread.launch_id.append(found)
+            thread.launch_ts.append(e.get("ts") if unchecked else e.ts)
     return lo, hi
 
 
