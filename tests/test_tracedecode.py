@@ -14,11 +14,14 @@ from hypothesis import strategies as st
 
 from profctx.analysis import _tracedecode
 from profctx.analysis._tracedecode import (
+    Decoder,
     Heads,
     MalformedError,
     Unchecked,
     as_event,
     checked,
+    correlation,
+    correlations,
     heads,
     heads_or_values,
     raws,
@@ -72,6 +75,35 @@ def test_an_odd_event_loses_only_its_odd_fields(decoder: str) -> None:
     assert len(got) == 3  # the values that are not objects are left out, the rest read
     assert fields(got[1]) == ("X", "7", None, None, None, "[1]", "2.5")
     assert fields(got[0]) == fields(got[2]) == fields(events(dumps([TORCH_EVENT]))[0])
+
+
+KERNEL = {"ph": "X", "cat": "kernel", "name": "sgemm", "pid": 0, "tid": 7, "ts": 5.0, "dur": 2.0,
+          "args": {"External id": 4, "device": 0, "stream": 7, "correlation": 11, "grid": [8, 16, 1]}}
+
+
+def test_linked_events_carry_the_correlation_and_only_that(decoder: str) -> None:
+    batch = [KERNEL, TORCH_EVENT, {"ph": "X", "args": {"correlation": "11"}}, {"ph": "X", "args": [1]},
+             {"ph": "X", "args": {"correlation": True}}]
+    got = decode(dumps(batch), linked=True)
+    linked = [as_event(e) for e in got] if type(got) is Unchecked else got
+    # A correlation that is no integer is no link (msgspec then leaves the batch to the fallback parser).
+    assert [correlation(e) for e in linked] == [11, None, None, None, None]
+    assert correlations(got, type(got) is Unchecked) == [11, None, None, None, None]
+    assert fields(linked[0]) == ("X", "sgemm", "kernel", 5.0, 2.0, 0, 7)
+    plain = decode(dumps([KERNEL]))
+    assert [correlation(e if type(plain) is not Unchecked else as_event(e)) for e in plain] == (
+        [None] if decoder == "typed" else [11])  # only a linked decode reads args; parsed dicts hold them all
+
+
+def test_a_decoder_reads_correlations_once_linked(decoder: str) -> None:
+    decode_one = Decoder()
+    first = decode_one(dumps([KERNEL]))
+    decode_one.linked = True
+    second = decode_one(dumps([KERNEL]))
+    if decoder == "typed":
+        assert correlations(first, False) == [None] and correlations(second, False) == [11]
+    else:
+        assert correlations(first, True) == correlations(second, True) == [11]
 
 
 def test_malformed_json_raises_a_value_error_with_its_position(decoder: str) -> None:
