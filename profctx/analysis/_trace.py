@@ -334,8 +334,8 @@ class _Cover:
         self.spans = list(spans)
         # A sweep over the starts and ends (an end before a start at one time): after the changes at each
         # time, the one range open then, if only one is.
-        changes = sorted([(start, 1, at) for at, (start, _, _, _) in enumerate(self.spans)]
-                         + [(end, -1, at) for at, (_, end, _, _) in enumerate(self.spans)])
+        held = [(at, start, end) for at, (start, end, _, _) in enumerate(self.spans) if start < end]  # holds time
+        changes = sorted([(start, 1, at) for at, start, _ in held] + [(end, -1, at) for at, _, end in held])
         # Led by a bound before every time: a bisection always lands on a segment.
         self.bounds: list[float] = [float("-inf")]
         self.codes: list[int] = [-1]

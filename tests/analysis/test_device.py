@@ -154,3 +154,29 @@ def test_a_real_cuda_trace_gives_each_role_the_kernels_it_launched() -> None:
     ops = read_figures(path).ops
     assert (3, "actor_update", "autograd::engine::evaluate_function: MmBackward0") in ops
     assert not any(name.startswith("autograd::engine") for _, role, name in ops if role != "actor_update")
+
+
+def test_work_of_a_thread_without_roles_is_lent_only_where_one_role_range_holds_it(tmp_path: Path) -> None:
+    def x(name: str, tid: int, ts: float, dur: float, cat: str = "cpu_op") -> dict[str, Any]:
+        return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur}
+
+    doc = {"profctxRanges": {"version": 1, "roles": ["rollout", "reward"], "steps": ["ProfilerStep#5"]},
+           "traceEvents": [
+               x("ProfilerStep#5", 1, 0.0, 1000.0, "user_annotation"),
+               x("rollout", 1, 10.0, 300.0, "user_annotation"),
+               x("reward", 1, 400.0, 0.0, "user_annotation"),  # holds no time
+               x("reward", 3, 200.0, 300.0, "user_annotation"),  # another thread's role, overlapping rollout
+               x("gloo:all_reduce", 2, 50.0, 20.0),  # rollout alone
+               x("gloo:broadcast", 2, 250.0, 20.0),  # rollout and reward: neither
+               x("gloo:barrier", 2, 400.0, 20.0),  # reward alone (the empty range on thread 1 holds nothing)
+               x("gloo:gather", 2, 600.0, 20.0),  # no role
+               x("aten::add", 3, 100.0, 5.0),  # thread 3 draws a role: keeps its own (none here)
+           ]}
+    path = tmp_path / "t.pt.trace.json"
+    path.write_text(json.dumps(doc))
+    got = read_figures(path)
+    assert {name: (step, role) for step, role, name in got.ops} == {
+        "gloo:all_reduce": (5, "rollout"), "gloo:broadcast": (None, None), "gloo:barrier": (5, "reward"),
+        "gloo:gather": (None, None), "aten::add": (None, None)}
+    # Lent operators add nothing to a role's own time: rollout's 300 µs, covered only by its thread's operators.
+    assert got.roles[(5, "rollout")] == [300.0, 1, 0.0]
