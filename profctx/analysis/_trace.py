@@ -19,12 +19,14 @@ Device time (kernels, copies) is given per role: each device event carries the c
 the runtime call that launched it (``cudaLaunchKernel``, ``cuLaunchKernel``: categories
 :data:`RUNTIME_CATS`), and the launch, on its CPU thread, lies in a role range (or is lent one, as
 above) or in none. A kernel runs after its launch, often after the role's range has closed: by
-correlation, not by time, it still counts in the role that launched it. Nesting needs each thread's events
-in time order, so the reader keeps, per complete (``X``) event, its start, duration and an
-interned name: about 30 bytes an event against the 250 or so of its JSON, whatever the trace;
-:mod:`profctx.analysis._nesting` nests them once the trace is read. Most batches of events are
-added to their threads in a few passes in C per field; a batch with a missing time or name, odd
-types or many threads takes the loop over each event.
+correlation, not by time, it still counts in the role that launched it. The correlation is decoded
+only once a trace shows device or runtime events: CPU-only traces never pay for decoding ``args``.
+
+Nesting needs each thread's events in time order, so the reader keeps, per complete (``X``)
+event, its start, duration and an interned name: about 30 bytes an event against the 250 or so of
+its JSON, whatever the trace; :mod:`profctx.analysis._nesting` nests them once the trace is read.
+Most batches of events are added to their threads in a few passes in C per field; a batch with a
+missing time or name, odd types or many threads takes the loop over each event.
 """
 
 from __future__ import annotations
