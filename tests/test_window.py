@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import fractions
 import itertools
 import pickle
+import tracemalloc
 
 import pytest
 from hypothesis import given
@@ -169,3 +171,115 @@ def test_torch_schedule_refusals() -> None:
         StepWindow.parse([1, 4, 9]).to_torch_schedule()
     with pytest.raises(ConfigError, match="unbounded"):
         StepWindow.from_torch_schedule(wait=1, warmup=1, active=1, repeat=0)
+
+
+# -- the compact form: a window answers as the set of its steps, without listing them ----------------------------------
+
+def _schedule_steps(wait: int, warmup: int, active: int, repeat: int, skip_first: int, first_step: int) -> set[int]:
+    """The steps torch's schedule records, walked index by index (the reference for the repeat form)."""
+    period, recorded = wait + warmup + active, set()
+    for index in range(skip_first + repeat * period):
+        into = index - skip_first
+        if into >= 0 and into % period >= wait + warmup:
+            recorded.add(first_step + index)
+    return recorded
+
+
+_SLICES = st.builds(lambda start, length, stride: (start, start + length, stride),
+                    st.integers(0, 300), st.integers(1, 3000), st.integers(1, 40))
+_SCHEDULES = st.fixed_dictionaries({
+    "wait": st.integers(0, 6), "warmup": st.integers(0, 3), "active": st.integers(1, 6), "repeat": st.integers(1, 40),
+    "skip_first": st.integers(0, 6), "first_step": st.integers(0, 6),
+})
+#: A union of progressions (overlapping or not), as a list: the greedy split of arbitrary sets.
+_UNIONS = st.lists(_SLICES, min_size=1, max_size=5).map(
+    lambda spans: sorted({s for start, stop, stride in spans
+                          for s in range(start, min(stop, start + 60 * stride), stride)}))
+
+
+@st.composite
+def _specs(draw: st.DrawFn) -> tuple[StepWindow, set[int]]:
+    form = draw(st.sampled_from(["slice", "range", "reversed", "union", "text"]))
+    if form == "union":
+        steps = draw(_UNIONS)
+        return StepWindow.parse(steps), set(steps)
+    start, stop, stride = draw(_SLICES)
+    expected = set(range(start, stop, stride))
+    if form == "slice":
+        return StepWindow.parse(f"{start}:{stop}" if stride == 1 else f"{start}:{stop}:{stride}"), expected
+    if form == "range":
+        return StepWindow.parse(range(start, stop, stride)), expected
+    if form == "reversed":
+        return StepWindow.parse(range(stop - 1, start - 1, -stride)), set(range(stop - 1, start - 1, -stride))
+    return StepWindow.parse(",".join(map(str, sorted(expected)[:50]))), set(sorted(expected)[:50])
+
+
+@given(_specs(), st.lists(st.integers(-5, 4000), max_size=30))
+def test_the_compact_window_answers_as_its_expanded_set(spec: tuple[StepWindow, set[int]], probes: list[int]) -> None:
+    _answers_as(*spec, probes)
+
+
+@given(_SCHEDULES, st.lists(st.integers(-5, 400), max_size=30))
+def test_the_compact_repeat_form_answers_as_torch_schedule_records(
+    schedule: dict[str, int], probes: list[int]
+) -> None:
+    _answers_as(StepWindow.from_torch_schedule(**schedule), _schedule_steps(**schedule), probes)
+
+
+def _answers_as(window: StepWindow, expected: set[int], probes: list[int]) -> None:
+    ordered = sorted(expected)
+    edges = [ordered[0] - 1, ordered[0], ordered[-1], ordered[-1] + 1]
+    for step in [*probes, *edges, *ordered[:: max(1, len(ordered) // 40)]]:
+        assert window.contains(step) == (step in expected), step
+        assert (step in window) == (step in expected), step
+    assert window.steps == tuple(ordered) and list(window) == ordered
+    assert len(window) == len(expected) and bool(window)
+    assert (window.first, window.last) == (ordered[0], ordered[-1])
+    # Equal windows are equal however they were built, hash alike, and survive text and pickle.
+    listed = StepWindow(ordered)
+    assert listed == window and hash(listed) == hash(window)
+    assert StepWindow.parse(window.describe()) == window
+    assert pickle.loads(pickle.dumps(window)) == window
+    runs: list[list[int]] = []
+    for step in ordered:
+        if runs and runs[-1][-1] == step - 1:
+            runs[-1].append(step)
+        else:
+            runs.append([step])
+    assert [list(run) for run in window.runs()] == runs
+    for step in {ordered[0], ordered[-1], ordered[len(ordered) // 2]}:
+        assert list(window.run_of(step) or ()) == next(run for run in runs if step in run)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [lambda: StepWindow.parse("0:100000"), lambda: StepWindow.parse("1:100000:3"),
+     lambda: StepWindow.parse(range(99_999, -1, -1)),
+     lambda: StepWindow.from_torch_schedule(wait=4, warmup=1, active=1, repeat=100_000)],
+    ids=["slice", "strided-slice", "descending-range", "schedule"],
+)
+def test_a_long_progression_is_held_and_asked_without_listing_its_steps(build: object) -> None:
+    tracemalloc.start()
+    try:
+        window = build()  # type: ignore[operator]
+        answers = (window.first, window.last, len(window), window.contains(50_000), 7 in window, bool(window),
+                   window.describe(), hash(window), len(pickle.dumps(window)))
+        used = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert answers[2] == len(set(window))
+    assert used < 64 * 1024, used  # listing 100,000 steps takes megabytes
+
+
+def test_a_step_of_another_integral_type_counts_by_value() -> None:
+    window = StepWindow.parse("0:10")
+    assert True in window and 3.0 in window and fractions.Fraction(6, 2) in window
+    assert 3.5 not in window and "3" not in window and None not in window and 10**40 not in window
+    assert StepWindow.parse([1, 5]).contains(True) and not StepWindow.parse([2, 5]).contains(True)
+
+
+def test_a_descending_range_names_its_first_negative_step_as_reading_it_would() -> None:
+    with pytest.raises(ConfigError, match=r"steps: -1 .*integers >= 0"):
+        StepWindow(range(5, -3, -1))
+    with pytest.raises(ConfigError, match=f"at most {MAX_STEPS} steps"):
+        StepWindow(range(MAX_STEPS + 5, -3, -1))  # the limit is passed before the first negative step

@@ -11,6 +11,8 @@ from ..util._errors import ConfigError
 
 #: Most steps one window may name; a profiled run of more steps is a mistake, not a plan.
 MAX_STEPS: Final = 100_000
+#: Most steps a window also keeps as a set for membership (tens of microseconds to build).
+SMALL_WINDOW: Final = 1024
 
 
 @final
@@ -21,11 +23,18 @@ class StepWindow:
     ``"3:6"`` (steps 3, 4, 5) with optional stride ``"10:40:10"``, a comma list ``"1,2,5"``,
     a single int, or a ``range``. Unbounded forms (``"3:"``) are refused: a trace that never
     stops is the failure this type exists to prevent.
+
+    Held compactly, as ascending arithmetic progressions (``range`` objects): a slice, a range
+    or a torch schedule costs the same whatever its length, and membership, ``first``, ``last``
+    and ``len`` never list the steps. :attr:`steps` lists them, once, on first use.
     """
 
-    __slots__ = ("_hash", "_set", "_steps")
+    __slots__ = ("_hash", "_len", "_member", "_parts", "_starts", "_steps")
 
     def __init__(self, steps: Iterable[int] = ()) -> None:
+        if isinstance(steps, range):
+            self._set_parts(_range_parts(steps))
+            return
         unique = set()
         for step in steps:
             if isinstance(step, bool) or not isinstance(step, int) or step < 0:
@@ -33,12 +42,26 @@ class StepWindow:
             unique.add(step)
             if len(unique) > MAX_STEPS:  # checked while reading, so a huge iterable costs no more than this
                 raise ConfigError("steps", f"<more than {MAX_STEPS} steps>", f"at most {MAX_STEPS} steps")
-        ordered = sorted(unique)
-        if len(ordered) > MAX_STEPS:
-            raise ConfigError("steps", f"<{len(ordered)} steps>", f"at most {MAX_STEPS} steps")
-        self._steps: tuple[int, ...] = tuple(ordered)
-        self._set: frozenset[int] = frozenset(ordered)
-        self._hash = hash(self._steps)
+        self._set_parts(_progressions(sorted(unique)))
+
+    def _set_parts(self, parts: tuple[range, ...]) -> None:
+        #: Ascending, non-empty progressions; each ends before the next starts. The split is the
+        #: one a greedy pass over the sorted steps makes (:func:`_progressions`), so equal windows
+        #: hold equal parts: equality and hashing compare parts, never steps.
+        self._parts = parts
+        self._starts: tuple[int, ...] = tuple(part.start for part in parts)
+        self._len = sum(len(part) for part in parts)
+        self._hash = hash(parts)
+        self._steps: tuple[int, ...] | None = None
+        #: A small window's steps as a set: membership is then one C-level lookup, as blocks ask it often.
+        self._member: frozenset[int] | None = (
+            frozenset(itertools.chain.from_iterable(parts)) if self._len <= SMALL_WINDOW else None)
+
+    @classmethod
+    def _of(cls, parts: tuple[range, ...]) -> StepWindow:
+        window = cls.__new__(cls)
+        window._set_parts(parts)
+        return window
 
     # -- construction -------------------------------------------------------------------------
 
@@ -136,40 +159,59 @@ class StepWindow:
             raise ConfigError("schedule.repeat", repeat, f"at most {MAX_STEPS} recorded steps in all")
         period = wait + warmup + active
         base = first_step + skip_first + wait + warmup
-        return cls(base + k * period + i for k in range(repeat) for i in range(active))
+        if active == 1 or period == active:  # one progression: every period-th step, or one run
+            stride = period if active == 1 else 1
+            return cls._of(_range_parts(range(base, base + (repeat - 1) * period + active, stride)))
+        # Runs of ``active`` >= 2 steps with gaps between them: already the greedy split.
+        return cls._of(tuple(range(start, start + active) for start in range(base, base + repeat * period, period)))
 
     # -- queries ------------------------------------------------------------------------------
 
     def contains(self, step: int) -> bool:
-        """Return whether ``step`` is in the window."""
-        return step in self._set
+        """Return whether ``step`` is in the window (an integral number of another type counts by value)."""
+        member = self._member
+        if member is not None:
+            return step in member
+        if type(step) is not int:
+            found = _integral(step)
+            if found is None:
+                return False
+            step = found
+        parts = self._parts
+        if len(parts) == 1:
+            return step in parts[0]
+        i = bisect.bisect_right(self._starts, step) - 1
+        return i >= 0 and step in parts[i]
 
     __contains__ = contains
 
     @property
     def steps(self) -> tuple[int, ...]:
-        """The steps, ascending."""
-        return self._steps
+        """The steps, ascending (listed on first use, then kept)."""
+        steps = self._steps
+        if steps is None:
+            steps = self._steps = tuple(itertools.chain.from_iterable(self._parts))
+        return steps
 
     @property
     def first(self) -> int:
         """The smallest step; ``ValueError`` when empty."""
-        if not self._steps:
+        if not self._parts:
             raise ValueError("the window is empty")
-        return self._steps[0]
+        return self._parts[0][0]
 
     @property
     def last(self) -> int:
         """The largest step; ``ValueError`` when empty."""
-        if not self._steps:
+        if not self._parts:
             raise ValueError("the window is empty")
-        return self._steps[-1]
+        return self._parts[-1][-1]
 
     def runs(self) -> tuple[tuple[int, ...], ...]:
         """Return the maximal runs of consecutive steps, ascending."""
         out: list[tuple[int, ...]] = []
         current: list[int] = []
-        for step in self._steps:
+        for step in self:
             if current and step != current[-1] + 1:
                 out.append(tuple(current))
                 current = []
@@ -180,16 +222,22 @@ class StepWindow:
 
     def run_of(self, step: int) -> tuple[int, ...] | None:
         """Return the run containing ``step``, or ``None`` when ``step`` is outside the window."""
-        if step not in self._set:
+        if not self.contains(step):
             return None
-        i = bisect.bisect_left(self._steps, step)
-        lo = i
-        while lo > 0 and self._steps[lo - 1] == self._steps[lo] - 1:
-            lo -= 1
-        hi = i
-        while hi + 1 < len(self._steps) and self._steps[hi + 1] == self._steps[hi] + 1:
-            hi += 1
-        return self._steps[lo : hi + 1]
+        step = int(step)
+        lo = hi = step
+        # A stride-1 progression is one run: jump over it; elsewhere the run grows one step at a time.
+        while (part := self._part_of(lo - 1)) is not None:
+            lo = part.start if part.step == 1 else lo - 1
+        while (part := self._part_of(hi + 1)) is not None:
+            hi = part[-1] if part.step == 1 else hi + 1
+        return tuple(range(lo, hi + 1))
+
+    def _part_of(self, step: int) -> range | None:
+        i = bisect.bisect_right(self._starts, step) - 1
+        if i >= 0 and step in self._parts[i]:
+            return self._parts[i]
+        return None
 
     def to_torch_schedule(self, *, first_step: int = 0, warmup: int = 1) -> dict[str, int]:
         """Return ``torch.profiler.schedule`` keywords recording exactly these steps.
@@ -231,16 +279,18 @@ class StepWindow:
     # -- value behaviour ----------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[int]:
-        return iter(self._steps)
+        if self._steps is not None:
+            return iter(self._steps)
+        return itertools.chain.from_iterable(self._parts)
 
     def __len__(self) -> int:
-        return len(self._steps)
+        return self._len
 
     def __bool__(self) -> bool:
-        return bool(self._steps)
+        return bool(self._parts)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, StepWindow) and self._steps == other._steps
+        return isinstance(other, StepWindow) and self._parts == other._parts
 
     def __hash__(self) -> int:
         return self._hash
@@ -250,17 +300,72 @@ class StepWindow:
 
     def describe(self) -> str:
         """Return the shortest text form that :meth:`parse` reads back to this window."""
-        if not self._steps:
-            return ""
-        if len(self._steps) >= 3:
-            stride = self._steps[1] - self._steps[0]
-            if all(b - a == stride for a, b in zip(self._steps, self._steps[1:], strict=False)):
-                end = self._steps[-1] + 1
-                return f"{self._steps[0]}:{end}" if stride == 1 else f"{self._steps[0]}:{end}:{stride}"
-        return ",".join(str(s) for s in self._steps)
+        parts = self._parts
+        if len(parts) == 1 and len(parts[0]) >= 3:  # one progression is always one part
+            part = parts[0]
+            end = part[-1] + 1
+            return f"{part.start}:{end}" if part.step == 1 else f"{part.start}:{end}:{part.step}"
+        return ",".join(str(s) for s in self)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (StepWindow, (self._steps,))
+        return (_restore, (self._parts,))
+
+
+def _restore(parts: tuple[range, ...]) -> StepWindow:
+    """Rebuild a pickled window from its parts."""
+    return StepWindow._of(parts)
+
+
+def _range_parts(steps: range) -> tuple[range, ...]:
+    """Return the parts of the window of ``steps``; raise ``ConfigError`` as reading it step by step would."""
+    if not steps:
+        return ()
+    # The first negative step in iteration order, and whether it comes before the size limit.
+    if steps.start < 0:
+        negative: int | None = 0
+    elif steps.step > 0 or steps[-1] >= 0:
+        negative = None
+    else:
+        negative = steps.start // -steps.step + 1
+    if negative is not None and negative <= MAX_STEPS:
+        raise ConfigError("steps", steps[negative], "steps are integers >= 0")
+    if range_exceeds(steps, MAX_STEPS):
+        raise ConfigError("steps", f"<more than {MAX_STEPS} steps>", f"at most {MAX_STEPS} steps")
+    ascending = steps if steps.step > 0 else steps[::-1]
+    if len(ascending) == 1:
+        return (range(ascending.start, ascending.start + 1),)
+    return (range(ascending.start, ascending[-1] + 1, ascending.step),)
+
+
+def _progressions(ordered: list[int]) -> tuple[range, ...]:
+    """Split ascending unique steps greedily into progressions: each takes the next step, then every
+    following one at the stride its first two set."""
+    parts: list[range] = []
+    i, n = 0, len(ordered)
+    while i < n:
+        start = ordered[i]
+        if i + 1 == n:
+            parts.append(range(start, start + 1))
+            break
+        stride = ordered[i + 1] - start
+        j = i + 1
+        while j + 1 < n and ordered[j + 1] - ordered[j] == stride:
+            j += 1
+        parts.append(range(start, ordered[j] + 1, stride))
+        i = j + 1
+    return tuple(parts)
+
+
+def _integral(value: object) -> int | None:
+    """Return the int a non-int step stands for (a bool, a NumPy integer, ``3.0``), or ``None``."""
+    try:
+        number = int(value)  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    try:
+        return number if number == value else None
+    except Exception:  # noqa: BLE001 - a value that cannot be compared is no step
+        return None
 
 
 def range_exceeds(steps: range, limit: int) -> bool:
