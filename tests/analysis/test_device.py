@@ -103,57 +103,87 @@ def test_the_report_shows_device_time_per_role_only_for_traces_with_device_event
     assert summarize(plain).role_device == {} and all(p.device_s is None for p in summarize(plain).phases)
 
 
-# -- a real CUDA trace ---------------------------------------------------------------------------
+# -- real CUDA traces ----------------------------------------------------------------------------
 
-#: A run made by ``cuda_loop.py`` on an H200 (torch 2.11, CUDA 13): step 3, rollout and actor_update.
-REAL = Path(__file__).resolve().parent / "data" / "cuda_run"
+DATA = Path(__file__).resolve().parent / "data"
+#: Made by ``cuda_loop.py`` on an H200 (torch 2.11, CUDA 13), step mode: step 3, rollout and actor_update.
+REAL = DATA / "cuda_run"
+#: Made on an H200 (torch 2.11, CUDA 13) by ``benchmarks/gpu_check.py --only loop``, one contiguous capture of
+#: steps 2 and 3 (rollout, actor_update, ref), with ``timers.jsonl``: per step and role, ``gpu_s`` from CUDA
+#: events recorded on the stream at the role's start and end.
+CONTIGUOUS = DATA / "gpu_contiguous"
 
 
-def _by_launch(doc: dict[str, Any]) -> tuple[dict[str | None, float], dict[str, float]]:
-    """Return, computed here from the raw events, the device µs per role by launch and per role by time."""
+def _by_launch(doc: dict[str, Any]) -> tuple[dict[tuple[int | None, str | None], float], dict[str, float]]:
+    """Return, computed here from the raw events, the device µs per (step, role) by launch, and per role by time."""
     events = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
     roles = set(doc["profctxRanges"]["roles"])
     ranges = [(e["pid"], e["tid"], e["name"], e["ts"], e["ts"] + e["dur"]) for e in events
               if e.get("cat") == "user_annotation" and e["name"] in roles]
+    steps = [(int(e["name"].split("#")[1]), e["ts"], e["ts"] + e["dur"]) for e in events
+             if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
     drawing = {(pid, tid) for pid, tid, *_ in ranges}
     launches = {e["args"]["correlation"]: (e["pid"], e["tid"], e["ts"]) for e in events
                 if e.get("cat") in ("cuda_runtime", "cuda_driver")}
-    by_launch: dict[str | None, float] = {}
+    by_launch: dict[tuple[int | None, str | None], float] = {}
     by_time: dict[str, float] = {}
     for e in events:
         if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
             continue
         pid, tid, ts = launches[e["args"]["correlation"]]
-        mine = (pid, tid) in drawing
-        held = [name for p, t, name, start, end in ranges
-                if p == pid and (t == tid) == mine and start <= ts < end]
-        role = held[0] if len(held) == 1 else None
-        by_launch[role] = by_launch.get(role, 0.0) + e["dur"]
+        mine = (pid, tid) in drawing  # else a thread without roles: another thread's range lends its role
+        held = [name for p, t, name, start, end in ranges if p == pid and (t == tid) == mine and start <= ts < end]
+        step = next((n for n, start, end in steps if start <= ts < end), None)
+        key = (step, held[0] if len(held) == 1 else None)
+        by_launch[key] = by_launch.get(key, 0.0) + e["dur"]
         for _, _, name, start, end in ranges:
             if start <= e["ts"] < end:
                 by_time[name] = by_time.get(name, 0.0) + e["dur"]
     return by_launch, by_time
 
 
-def test_a_real_cuda_trace_gives_each_role_the_kernels_it_launched() -> None:
-    (path,) = REAL.rglob("*.pt.trace.json.gz")
+@pytest.mark.parametrize("run", [REAL, CONTIGUOUS], ids=["step", "contiguous"])
+def test_a_real_cuda_trace_gives_each_role_the_kernels_it_launched(run: Path) -> None:
+    (path,) = run.rglob("*.pt.trace.json.gz")
     doc = json.loads(gzip.decompress(path.read_bytes()))
     by_launch, by_time = _by_launch(doc)
-    # What makes the case: rollout's kernels run on after its range, and autograd's thread (no role) launches.
-    assert by_time.get("rollout", 0.0) < by_launch["rollout"]
+    # What makes the case: some role's kernels run on after its CPU range, so time overlap gives another figure.
+    per_role: dict[str | None, float] = {}
+    for (_, role), us in by_launch.items():
+        per_role[role] = per_role.get(role, 0.0) + us
+    assert any(by_time.get(role, 0.0) != pytest.approx(us) for role, us in per_role.items() if role)
+    summary = summarize(run)
+    assert summary.role_device == pytest.approx({role or "step": us / 1e6 for role, us in per_role.items()},
+                                                rel=1e-9)
+    for (step, role), us in by_launch.items():
+        if role is not None:
+            assert step is not None
+            phase = summary.phase(step, role)
+            assert phase is not None and phase.device_s == pytest.approx(us / 1e6, rel=1e-9), (step, role)
+    # autograd runs the backward on a thread of its own, which draws no role: its work is lent actor_update.
     backward = {e["tid"] for e in doc["traceEvents"] if e.get("name", "").startswith("autograd::engine")}
     assert backward and not backward & {e["tid"] for e in doc["traceEvents"] if e.get("name") == "actor_update"}
-    summary = summarize(REAL)
-    assert summary.role_device == pytest.approx({"rollout": by_launch["rollout"] / 1e6,
-                                                 "actor_update": by_launch["actor_update"] / 1e6,
-                                                 "step": by_launch[None] / 1e6}, rel=1e-9)
-    for role in ("rollout", "actor_update"):
-        phase = summary.phase(3, role)
-        assert phase is not None and phase.device_s == pytest.approx(by_launch[role] / 1e6, rel=1e-9)
-    # The backward's operators, on autograd's thread, are listed in actor_update, none in no role.
     ops = read_figures(path).ops
-    assert (3, "actor_update", "autograd::engine::evaluate_function: MmBackward0") in ops
+    assert any(name.startswith("autograd::engine") for _, role, name in ops if role == "actor_update")
     assert not any(name.startswith("autograd::engine") for _, role, name in ops if role != "actor_update")
+
+
+def test_a_roles_device_time_lies_within_its_cuda_event_window() -> None:
+    # The stream runs a role's kernels between the CUDA events recorded at its start and end (one stream, in
+    # order), so the device time it launched fits in that window and fills most of it; by time overlap the
+    # actor_update window would lose the kernels that run after its CPU range.
+    summary = summarize(CONTIGUOUS)
+    timers = [json.loads(line) for line in (CONTIGUOUS / "timers.jsonl").read_text().splitlines()]
+    checked = 0
+    for timer in timers:
+        phase = summary.phase(timer["step"], timer["role"])
+        if timer["step"] not in (2, 3):
+            assert phase is None
+            continue
+        assert phase is not None and phase.device_s is not None
+        assert 0.85 * timer["gpu_s"] <= phase.device_s <= timer["gpu_s"], (timer, phase.device_s)
+        checked += 1
+    assert checked == 6
 
 
 def test_work_of_a_thread_without_roles_is_lent_only_where_one_role_range_holds_it(tmp_path: Path) -> None:
