@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 
 import profctx
 from profctx import ConfigError, ProfilerConfig, StepWindow
+from profctx.core._config import from_environment
 
 
 def test_keywords_build_a_normalised_config(tmp_path: Path) -> None:
@@ -132,6 +134,19 @@ def test_config_round_trips_through_a_dict() -> None:
     assert config.replace(mode="step").mode == "step"
     with pytest.raises(ConfigError):
         config.replace(mode="nope")
+
+
+def test_a_long_window_is_the_same_from_text_env_a_list_and_a_dict() -> None:
+    config = ProfilerConfig(steps="0:100000:3")
+    steps = config.steps
+    assert steps is not None
+    assert (steps.first, steps.last, len(steps)) == (0, 99_999, 33_334)
+    assert 99_999 in steps and 99_998 not in steps
+    assert ProfilerConfig.from_mapping(config.to_dict()) == config
+    assert pickle.loads(pickle.dumps(steps)) == steps
+    from_env = from_environment({"PROFCTX_STEPS": "0:100000:3"})
+    assert from_env is not None and from_env.steps == steps
+    assert ProfilerConfig(steps=list(range(0, 100_000, 3))) == config
 
 
 def test_yaml_errors_name_the_file(tmp_path: Path) -> None:
