@@ -185,14 +185,13 @@ def test_a_capture_after_a_cuda_capture_starts_once_its_trace_is_exported(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cuda: bool) -> None:
     # torch exports a CUDA trace's GPU times with ts 0 and dur 0 once the next session has started (seen on an
     # H200, benchmarks/gpu_check.py): a capture that recorded CUDA activity makes the next start wait for its
-    # export. CPU-only captures never wait. This CPU build records no CUDA: the backend is told it did.
+    # export. CPU-only captures never wait. The backend is told which it recorded (this CPU build records no CUDA).
     # tests/backends/test_gpu.py checks the real thing: back-to-back CUDA captures keep their kernel times.
     from torch.profiler import profile
 
     import profctx.backends.torch as backend
 
-    if cuda:
-        monkeypatch.setattr(backend, "exported_before_next_start", lambda activities: True)
+    monkeypatch.setattr(backend, "exported_before_next_start", lambda activities: cuda)  # also where CUDA is real
     seen: list[tuple[str, float]] = []
     export, start = profile.export_chrome_trace, profile.start
 
