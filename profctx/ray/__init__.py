@@ -88,22 +88,52 @@ class Member:
 
 
 @dataclass(eq=False)
+class Joining:
+    """The join calls :func:`group` sent and nobody has waited for yet."""
+
+    refs: list[Any]
+    #: When the members that have not joined stop being waited for (monotonic seconds; ``None``: never).
+    deadline: float | None
+    timeout: float | None
+
+
 class WorkerGroup:
     """A named group of actors: rank = position (or the ``ranks`` given), world size = group size.
 
-    Returned by :func:`group`; ``members`` lists where each worker runs once it joined.
+    Returned by :func:`group`; ``members`` lists where each worker runs. Reading ``members``
+    first waits for the joins still under way (those of every group, at most each group's
+    ``timeout``).
     """
 
-    name: str
-    members: list[Member]
-    world_size: int
-    #: The configuration the members were last given (re-sent when the driver reconfigures).
-    sent: Any = None
+    __slots__ = ("_members", "joining", "name", "sent", "world_size")
+
+    def __init__(self, name: str, members: list[Member], world_size: int) -> None:
+        self.name = name
+        self._members = members
+        self.world_size = world_size
+        #: The configuration the members were last given (re-sent when the driver reconfigures).
+        self.sent: Any = None
+        #: The join calls not yet waited for, if any.
+        self.joining: Joining | None = None
+
+    @property
+    def members(self) -> list[Member]:
+        """The members, in rank order of registration, once their joins are settled."""
+        if self.joining is not None:
+            driver = OWNER.driver
+            if isinstance(driver, Driver) and driver.groups.get(self.name) is self:
+                driver.settle()
+            else:
+                self.joining = None  # forgotten by reset(): nobody needs its joins
+        return self._members
 
     @property
     def handles(self) -> list[Any]:
         """The actor handles, in rank order of registration."""
-        return [m.handle for m in self.members]
+        return [m.handle for m in self._members]
+
+    def __repr__(self) -> str:
+        return f"WorkerGroup(name={self.name!r}, world_size={self.world_size}, members={len(self._members)})"
 
 
 class Driver:
@@ -140,12 +170,64 @@ class Driver:
             spec["save_path"] = str(runtime.save_path)
             spec["probe"] = str(_probe(runtime))
         grp.sent = config
-        chosen = [m for m in grp.members if m.lost is None] if members is None else members
+        chosen = [m for m in grp._members if m.lost is None] if members is None else members
         return [m.handle.__ray_call__.remote(_worker.join, {**spec, "rank": m.rank}) for m in chosen]
+
+    def settle(self) -> None:
+        """Wait for the joins :func:`group` sent and nobody waited for: those of every group, together.
+
+        Each group's members are waited for until its ``timeout`` (counted from ``group()``) runs
+        out; one that has not joined by then is warned about once, as :func:`group` says.
+        """
+        waiting = self._joining()
+        while waiting:
+            refs = [r for _, joining in waiting for r in joining.refs]
+            ready = set(ray.wait(refs, num_returns=len(refs), timeout=_left(waiting))[0])
+            waiting = self._settle_done(waiting, ready)
+
+    async def asettle(self) -> None:
+        """The async twin of :meth:`settle` (awaits the refs' futures; never a blocking ``ray.wait``)."""
+        waiting = self._joining()
+        futures = {r: asyncio.wrap_future(r.future()) for _, joining in waiting for r in joining.refs}
+        while waiting:
+            await asyncio.wait([futures[r] for _, joining in waiting for r in joining.refs], timeout=_left(waiting))
+            waiting = self._settle_done(waiting, {r for r, f in futures.items() if f.done()})
+
+    def _joining(self) -> list[tuple[WorkerGroup, Joining]]:
+        return [(g, g.joining) for g in self.groups.values() if g.joining is not None]
+
+    def _settle_done(self, waiting: list[tuple[WorkerGroup, Joining]],
+                     ready: set[Any]) -> list[tuple[WorkerGroup, Joining]]:
+        """Settle the groups whose members all answered or whose timeout ran out; return the others."""
+        now = time.monotonic()
+        still = []
+        for grp, joining in waiting:
+            if all(r in ready for r in joining.refs) or (joining.deadline is not None and now >= joining.deadline):
+                self._settled(grp, ready)
+            else:
+                still.append((grp, joining))
+        return still
+
+    def _settled(self, grp: WorkerGroup, ready: set[Any]) -> None:
+        """Read ``grp``'s join answers (those in ``ready``; the rest did not join in time) and note them."""
+        joining, grp.joining = grp.joining, None
+        assert joining is not None
+        answered = [r for r in joining.refs if r in ready]
+        try:
+            answers = dict(zip(answered, ray.get(answered, timeout=0), strict=True)) if answered else {}
+        except Exception:  # noqa: BLE001 - one of them failed: each is read on its own to say which
+            answers = {}
+            for ref in answered:
+                try:
+                    answers[ref] = ray.get(ref, timeout=0)
+                except Exception as exc:  # noqa: BLE001 - reported per member
+                    answers[ref] = exc
+        late = TimeoutError(f"did not join within {joining.timeout}s")
+        self.joined(grp, [answers.get(r, late) for r in joining.refs])
 
     def joined(self, grp: WorkerGroup, results: Sequence[Any]) -> None:
         """Note where each member runs; warn about duplicate claims and undecorated methods, once each."""
-        for member, result in zip(grp.members, results, strict=True):
+        for member, result in zip(grp._members, results, strict=True):
             self._note(grp, member, result)
 
     def _note(self, grp: WorkerGroup, member: Member, result: Any) -> None:
@@ -209,9 +291,9 @@ class Driver:
             for grp in list(self.groups.values()):
                 if grp.sent is not config:  # reconfigured: members take the new config first
                     joins = self.join_refs(grp)
-                    now.extend(Sent(r, m, "join") for r, m in zip(joins, [m for m in grp.members if m.lost is None],
+                    now.extend(Sent(r, m, "join") for r, m in zip(joins, [m for m in grp._members if m.lost is None],
                                                                    strict=True))
-                for m in grp.members:
+                for m in grp._members:
                     if (m.dead or m.unjoined) and not self._rejoin(grp, m):
                         continue
                     if _acts(m, config, request) and _control.available(m, self._leave):
@@ -259,7 +341,7 @@ class Driver:
 
     def collected(self) -> list[Member]:
         """The members whose files the driver copies."""
-        return [m for grp in self.groups.values() for m in grp.members if m.collect]
+        return [m for grp in self.groups.values() for m in grp._members if m.collect]
 
     def _claim(self, step: int | None) -> bool:
         with self._lock:
@@ -283,6 +365,7 @@ class Driver:
     def enter(self, runtime: Any, scope: Any) -> object:
         if not self.groups or not self._claim(scope.step):
             return None
+        self.settle()
         self.reap()
         now, later = self._refs(_worker.step_enter, scope.step)
         _wait(now)
@@ -307,6 +390,7 @@ class Driver:
     async def aenter(self, runtime: Any, scope: Any) -> object:
         if not self.groups or not self._claim(scope.step):
             return None
+        await self.asettle()
         self.reap()  # never blocks
         now, later = self._refs(_worker.step_enter, scope.step)
         await _await(now)
@@ -346,6 +430,8 @@ class Driver:
 
     def reset(self) -> None:
         self.shutdown()
+        for grp in self.groups.values():
+            grp.joining = None
         self.groups.clear()
         self.claims.clear()
         self.leaving = []
@@ -431,6 +517,12 @@ def _acts(member: Member, config: Any, request: Any) -> bool:
     return bool(request.selects(group, rank, member.acts(config)))
 
 
+def _left(waiting: Sequence[tuple[WorkerGroup, Joining]]) -> float | None:
+    """Seconds until the first of ``waiting``'s join deadlines (``None``: none has one)."""
+    ends = [joining.deadline for _, joining in waiting if joining.deadline is not None]
+    return max(0.0, min(ends) - time.monotonic()) if ends else None
+
+
 def _wait(sent: list[Sent]) -> None:
     """Wait for control calls from sync code; inside a running event loop, do not block (logged once)."""
     if not sent:
@@ -491,14 +583,18 @@ def _new_group(name: str, handles: Sequence[Any], ranks: Sequence[int] | None,
 def group(name: str, handles: Sequence[Any], *, ranks: Sequence[int] | None = None,
           world_size: int | None = None, timeout: float | None = 120.0,
           control_timeout: float = CONTROL_TIMEOUT) -> WorkerGroup:
-    """Register actors as the worker group ``name``; return it once every member has joined.
+    """Register actors as the worker group ``name``; return it with the joins sent, not waited for.
 
     Rank = position in ``handles`` (or ``ranks[i]``); world size = number of handles (or
     ``world_size``). Each member gets the driver's configuration (unless it configured
     itself) and its identity, so its files and manifest records carry the group and rank.
-    Register before the first profiled step, after ``profctx.configure`` (a later
-    reconfiguration reaches the members at the next step). In async code use
-    :func:`group_async`. ``timeout``: seconds to wait for the members to join.
+    The joins of every group registered so far are waited for together at the first point
+    that needs them: the next in-window step's entry (before any member is told to enter it,
+    so a member's backend warm-up lands in no step), :func:`flush`, or reading
+    ``WorkerGroup.members``. Register before the first profiled step, after
+    ``profctx.configure`` (a later reconfiguration reaches the members at the next step). In
+    async code use :func:`group_async`. ``timeout``: seconds, counted from this call, that
+    the members are waited for to join; one that has not is warned about once.
     ``control_timeout``: the longest the driver waits for a member's answer to a step's
     control call; a member that misses it is lost (recorded once, not waited for until it
     answers). Raise ``ConfigError`` for a ``control_timeout`` that is not a number > 0.
@@ -506,18 +602,7 @@ def group(name: str, handles: Sequence[Any], *, ranks: Sequence[int] | None = No
     _refuse_inside_loop("group", "group_async")
     driver, grp = _new_group(name, handles, ranks, world_size, control_timeout)
     refs = driver.join_refs(grp)
-    results: list[Any] = []
-    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
-    done = set(ready)
-    for ref in refs:
-        if ref not in done:
-            results.append(TimeoutError(f"did not join within {timeout}s"))
-            continue
-        try:
-            results.append(ray.get(ref))
-        except Exception as exc:  # noqa: BLE001 - reported per member
-            results.append(exc)
-    driver.joined(grp, results)
+    grp.joining = Joining(refs, None if timeout is None else time.monotonic() + timeout, timeout)
     return grp
 
 
@@ -674,6 +759,7 @@ def flush(actors: Sequence[Any] | None = None, timeout: float | None = 60.0) -> 
     _refuse_inside_loop("flush", "flush_async")
     driver = OWNER.driver
     if isinstance(driver, Driver):
+        driver.settle()
         _wait(driver.leftovers())
     handles = _handles(list(groups().values()) if actors is None else actors)
     refs = _flush_refs(handles, timeout)
@@ -691,7 +777,7 @@ def flush(actors: Sequence[Any] | None = None, timeout: float | None = 60.0) -> 
 
 def _member_for(handle: Any) -> Member | None:
     for grp in groups().values():
-        for member in grp.members:
+        for member in grp._members:
             if member.handle == handle:
                 return member
     return None
@@ -725,6 +811,7 @@ async def flush_async(actors: Sequence[Any] | None = None, timeout: float | None
     """The async twin of :func:`flush`."""
     driver = OWNER.driver
     if isinstance(driver, Driver):
+        await driver.asettle()
         await _await(driver.leftovers())
     handles = _handles(list(groups().values()) if actors is None else actors)
     refs = _flush_refs(handles, timeout)

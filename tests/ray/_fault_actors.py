@@ -49,7 +49,7 @@ KINDS = {
 
 def state(actor: Any) -> dict[str, Any]:
     """Run through ``__ray_call__``: what this member holds and imported."""
-    return {"step": profctx.current().step, "torch": "torch" in sys.modules,
+    return {"step": profctx.current().step, "torch": "torch" in sys.modules, "pid": os.getpid(),
             "warm": "torch._dynamo" in sys.modules}
 
 
@@ -65,5 +65,26 @@ class HangingStart(RecordingBackend):
         super().start(spec)
 
 
+class SlowPrepare(RecordingBackend):
+    """The recording backend with a one-time warm-up of ``PREPARE_S`` (torch's imports, in miniature)."""
+
+    name: ClassVar[str] = "slow_prepare"
+    PREPARE_S: ClassVar[float] = 1.0
+
+    def prepare(self) -> None:
+        time.sleep(self.PREPARE_S)
+
+
+def wait_for(actor: Any, path: str) -> bool:
+    """Run through ``__ray_call__``: keep the actor busy until ``path`` exists (at most 60 s)."""
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 # Registered wherever this module is imported: the driver (the test) and every member (Ray loads the classes).
 register(HangingStart.name, HangingStart)
+register(SlowPrepare.name, SlowPrepare)

@@ -17,7 +17,7 @@ from profctx.records import _manifest
 
 ray = pytest.importorskip("ray")
 pray = pytest.importorskip("profctx.ray")
-from _fault_actors import KINDS, HangingStart, Member, state  # noqa: E402 - after the skip: needs ray
+from _fault_actors import KINDS, HangingStart, Member, SlowPrepare, state, wait_for  # noqa: E402 - after the skip
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +50,7 @@ def test_only_members_that_act_import_the_backend_and_get_step_control(ray_clust
     actors = [ray.remote(num_cpus=0)(Member).remote() for _ in range(2)]
     try:
         pray.group("actor", actors)
-        # The selected member's warm-up is over when group() returns: it lands in no step.
+        # The selected member's warm-up is over before it serves a later call: it lands in no step.
         assert [ray.get(a.__ray_call__.remote(state))["warm"] for a in actors] == [True, False]
         assert [ray.get(a.__ray_call__.remote(state))["torch"] for a in actors] == [True, False]
         with profctx.profile_step(1):
@@ -62,6 +62,75 @@ def test_only_members_that_act_import_the_backend_and_get_step_control(ray_clust
             ray.kill(actor)
     records = [r for r in _manifest.read(tmp_path) if r.get("group") == "actor"]
     assert [(r["rank"], r["steps"], r["status"]) for r in records] == [(0, [1], "ok")]
+
+
+def test_group_returns_with_the_joins_sent_and_members_waits_for_them(ray_cluster: Any, tmp_path: Path) -> None:
+    profctx.configure(steps=[1], mode="step", ranks="all", save_path=tmp_path / "run", tool="recording", warmup=False)
+    actors = [ray.remote(num_cpus=0)(Member).remote() for _ in range(2)]
+    gate = tmp_path / "gate"
+    try:
+        busy = actors[0].__ray_call__.remote(wait_for, str(gate))  # the join queues behind it
+        first = pray.group("actor", actors[:1], timeout=20)
+        second = pray.group("critic", actors[1:], timeout=20)  # not held up by the busy member of "actor"
+        gate.touch()  # had group() waited for its joins, it would still be waiting: "actor" never joined
+        assert ray.get(busy) is True
+        assert [m.pid for m in first.members] == [ray.get(actors[0].__ray_call__.remote(state))["pid"]]
+        assert second.members[0].pid is not None
+        with profctx.profile_step(1):
+            assert ray.get([a.work.remote() for a in actors]) == [1, 1]
+        assert pray.flush() == [True, True]
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+
+
+def test_a_member_frozen_before_it_joins_is_waited_for_at_most_the_group_timeout(
+        ray_cluster: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    profctx.configure(steps="1:9", mode="step", ranks="all", profile_driver=False, save_path=tmp_path,
+                      tool="recording", warmup=False)
+    actors = [ray.remote(num_cpus=0)(Member).remote() for _ in range(2)]
+    pids = [ray.get(a.__ray_call__.remote(state))["pid"] for a in actors]
+    os.kill(pids[1], signal.SIGSTOP)
+    try:
+        grp = pray.group("actor", actors, timeout=1.0, control_timeout=1.0)
+        with profctx.profile_step(1):  # waits for the joins: the frozen one's until the timeout, then goes on
+            assert ray.get(actors[0].work.remote()) == 1
+        assert [m.pid for m in grp.members] == [pids[0], None]
+        assert "rank 1 could not join: TimeoutError: did not join within 1.0s" in caplog.text
+        assert pray.flush(timeout=1) == [True, False]  # its step entry went unanswered: lost, not called
+    finally:
+        os.kill(pids[1], signal.SIGCONT)
+        for actor in actors:
+            ray.kill(actor)
+    lost = [r for r in _manifest.read(tmp_path) if r.get("lost")]
+    assert [(r["target_rank"], r["step"]) for r in lost] == [(1, 1)]
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_warm_up_still_under_way_is_waited_for_before_the_first_step(ray_cluster: Any, tmp_path: Path,
+                                                                         driver: str) -> None:
+    # A threaded member runs control calls concurrently: its step entry must not overtake its join.
+    profctx.configure(steps=[1], mode="step", ranks="all", profile_driver=False, save_path=tmp_path,
+                      tool=SlowPrepare.name)
+    actor = KINDS["threaded"]().remote()
+
+    async def step() -> Any:
+        async with profctx.profile_step(1):
+            return await actor.work.remote()
+
+    try:
+        pray.group("actor", [actor])  # returns while the member warms up
+        if driver == "sync":
+            with profctx.profile_step(1):
+                served = ray.get(actor.work.remote())
+        else:
+            served = asyncio.run(step())
+        assert served == 1  # the member held step 1: configured before it was told to enter
+        assert pray.flush() == [True]
+    finally:
+        ray.kill(actor)
+    records = [r for r in _manifest.read(tmp_path) if r.get("group") == "actor"]
+    assert [(r["steps"], r["status"]) for r in records] == [([1], "ok")]
 
 
 @pytest.mark.parametrize("kind", ["threaded", "async", "sync"])
@@ -201,6 +270,7 @@ def test_a_member_hung_in_its_step_entry_costs_one_control_timeout_and_is_record
     actors = [KINDS["threaded"]().remote() for _ in range(2)]  # rank 1's profiler start hangs for 30 s
     try:
         grp = pray.group("actor", actors, control_timeout=timeout)
+        assert None not in [m.pid for m in grp.members]  # joined (actors started): the steps time control calls
         walls = []
         for step in (1, 2, 3):
             t0 = time.monotonic()

@@ -18,7 +18,7 @@ from profctx.records import _manifest
 
 ray = pytest.importorskip("ray")
 pray = pytest.importorskip("profctx.ray")
-from _actors import Plain  # noqa: E402 - after the skip: needs ray
+from _actors import Plain, where  # noqa: E402 - after the skip: needs ray
 
 pytestmark = pytest.mark.slow
 
@@ -27,8 +27,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def workers(ray_cluster: Any) -> list[Any]:
-    """Two plain (sync) actors, shared by the module's tests."""
-    return [ray.remote(num_cpus=0)(Plain).remote() for _ in range(2)]
+    """Two plain (sync) actors, shared by the module's tests, started (the first steps' pace is the loop's)."""
+    actors = [ray.remote(num_cpus=0)(Plain).remote() for _ in range(2)]
+    ray.get([a.__ray_call__.remote(where) for a in actors])
+    return actors
 
 
 @pytest.fixture(autouse=True)

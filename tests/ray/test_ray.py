@@ -173,7 +173,8 @@ def test_two_processes_claiming_one_group_rank_are_warned_about_once(
     ray.get(own.__ray_call__.remote(_configure_here, str(tmp_path), group="actor", rank=0, world_size=2))
     _configure(tmp_path)
     with caplog.at_level("WARNING", logger="profctx"):
-        pray.group("actor", [other, own], ranks=[0, 1])  # `own` files as actor rank 0 by its own config
+        # `own` files as actor rank 0 by its own config; reading the members waits for the joins (and the warning)
+        assert pray.group("actor", [other, own], ranks=[0, 1]).members
     warned = [r.getMessage() for r in caplog.records if "claim worker group 'actor' rank 0" in r.getMessage()]
     assert len(warned) == 1
     for actor in (own, other):
