@@ -522,12 +522,15 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
         task that outlives its step block).
         """
         roles = scope.roles
-        name = rt.role_block(capture, at, roles)
+        if capture is None and not rt.deferred and rt.quiet.get(roles) is rt._policies:
+            name: str | None = ""  # Runtime.role_block's answer, kept (a block with tags: its scope is not kept)
+        else:
+            name = rt.role_block(capture, at, roles)
         if name is None:
             return self._enter_session()
         if not name and capture is None:
             quiet = rt.quiet.get(roles)
-            if quiet is not None:  # the next block of this role (its kept child) takes the test above
+            if quiet is not None:  # the next block of this role (its kept child) takes __enter__'s identity test
                 mark_quiet(scope, quiet)
         owner.open_gate(self)
         entry: Range | None = None
