@@ -289,7 +289,7 @@ class GroupRanges:
 
     def selects(self, rank: int) -> bool:
         """Return whether the process of ``rank`` in this row opens ranges (and so must run under nsys)."""
-        return self.ranges > 0 and (self.ranks == "all" or rank in self.ranks)
+        return self.options is not None and (self.ranks == "all" or rank in self.ranks)
 
 
 def group_ranges(config: ProfilerConfig, roles_per_step: RolesPerStep = None,
@@ -314,10 +314,26 @@ def group_ranges(config: ProfilerConfig, roles_per_step: RolesPerStep = None,
         rows.append((name, None if name == ANY_GROUP else name, ranks))
     out = []
     for name, group, ranks in rows:
-        count = capture_ranges(config, roles_per_step, group=group) if ranks and config.active else 0
-        options = nsys_options(config, roles_per_step, group=group) if count else None
-        out.append(GroupRanges(name, ranks if count else (), count, options))
+        count = _scheduled(config, roles_per_step, group) if ranks and config.active else 0
+        opens = bool(ranks) and config.active and (count > 0 or open_ended(config))
+        options = nsys_options(config, roles_per_step, group=group) if opens else None
+        out.append(GroupRanges(name, ranks if opens else (), count, options))
     return out
+
+
+def open_ended(config: ProfilerConfig) -> bool:
+    """Whether the run may open ranges no config can count ahead: on-demand or anomaly captures."""
+    return config.on_demand or config.auto_capture is not None
+
+
+def _scheduled(config: ProfilerConfig, roles_per_step: RolesPerStep, group: str | None) -> int:
+    """The ranges of the step window; with open-ended captures, 0 where role mode cannot count them."""
+    try:
+        return capture_ranges(config, roles_per_step, group=group)
+    except ValueError:
+        if open_ended(config):
+            return 0
+        raise
 
 
 def nsys_options(config: ProfilerConfig, roles_per_step: RolesPerStep = None, *,
@@ -327,10 +343,12 @@ def nsys_options(config: ProfilerConfig, roles_per_step: RolesPerStep = None, *,
     ``--capture-range=cudaProfilerApi --capture-range-end=repeat:N`` with N from
     :func:`capture_ranges` for a selected process of ``group``; ``--trace`` from that group's
     ``contents``; then ``tool_options["nsys_options"]`` (which may not set the capture-range
-    options). Raise ``ValueError`` when N is 0.
+    options). With on-demand or anomaly captures (:func:`open_ended`) the end is ``repeat`` without N:
+    nsys then makes a report of every range, however many come. Raise ``ValueError`` when the config
+    opens no range.
     """
-    count = capture_ranges(config, roles_per_step, group=group)
-    if count < 1:
+    count = _scheduled(config, roles_per_step, group)
+    if count < 1 and not (config.active and open_ended(config)):
         raise ValueError("this config opens no capture range (profiling disabled, or no role opens one)")
     contents = set(config.contents_of(group) or ("cpu", "cuda"))
     trace = ["nvtx"]
@@ -342,7 +360,9 @@ def nsys_options(config: ProfilerConfig, roles_per_step: RolesPerStep = None, *,
     if "memory" in contents:
         options["cuda-memory-usage"] = "true"
     options["capture-range"] = "cudaProfilerApi"
-    options["capture-range-end"] = f"repeat:{count}"
+    # On-demand and anomaly captures come when asked for: no count bounds them, so nsys repeats without one
+    # (its reports are then written at exit, as after the last of N ranges).
+    options["capture-range-end"] = "repeat" if open_ended(config) else f"repeat:{count}"
     options.update(_extra_options(config.tool_options.get("nsys_options")))
     return options
 

@@ -22,7 +22,8 @@ def register(subparsers: Any) -> None:
         "nsys-command",
         help="print the nsys command line (or, per worker group, Ray nsight options) matching a profctx config",
         description="Print the 'nsys profile' command whose --capture-range-end=repeat:N matches the number of "
-                    "capture ranges a selected rank opens under the config (mode, window, contiguous, roles). "
+                    "capture ranges a selected rank opens under the config (mode, window, contiguous, roles); "
+                    "with on-demand or anomaly captures, which no config can count, repeat without N. "
                     "With --ray, print one entry per worker group (and the driver): the ranks the config selects "
                     "there, their range count and the runtime_env['nsight'] options. The config comes from "
                     "--config (YAML), the options below and PROFCTX_* variables; tool='nsys' is assumed. "
@@ -94,9 +95,13 @@ def run(args: argparse.Namespace) -> int:
             out = "{\n" + ",\n".join(f" {json.dumps(k)}: {json.dumps(v)}" for k, v in entries.items()) + "\n}"
             notes = [f"{row.group}: {_describe_row(row)}" for row in rows] + [_describe(config)]
         else:
-            count = nsys.capture_ranges(config, roles_per_step)
             out = nsys.command_line(nsys.nsys_command(config, program, roles_per_step, args.output))
-            notes = [f"{count} capture range(s) per selected rank: {_describe(config)}"]
+            if nsys.open_ended(config):
+                notes = ["on-demand or anomaly captures open ranges no config can count: nsys repeats without "
+                         f"a limit and writes its reports at exit: {_describe(config)}"]
+            else:
+                count = nsys.capture_ranges(config, roles_per_step)
+                notes = [f"{count} capture range(s) per selected rank: {_describe(config)}"]
     except (ConfigError, ValueError) as exc:
         print(f"profctx nsys-command: {exc}", file=sys.stderr)
         return USAGE
@@ -116,7 +121,7 @@ def _ray_rows(config: ProfilerConfig, rows: Sequence[nsys.GroupRanges], program:
         if row.group == nsys.DRIVER:
             # The driver is the process the user launches: it runs under the nsys command itself.
             entry["command"] = (nsys.command_line(nsys.nsys_command(config, program, roles_per_step, output))
-                                if row.ranges else None)
+                                if row.options is not None else None)
         else:
             entry["nsight"] = row.nsight()
         out[row.group] = entry
@@ -124,9 +129,11 @@ def _ray_rows(config: ProfilerConfig, rows: Sequence[nsys.GroupRanges], program:
 
 
 def _describe_row(row: nsys.GroupRanges) -> str:
-    if not row.ranges:
+    if row.options is None:
         return "no capture range (not profiled): run it without nsys"
     ranks = "all ranks" if row.ranks == "all" else f"ranks {list(row.ranks)}"
+    if row.options.get("capture-range-end") == "repeat":
+        return f"{ranks}, {row.ranges} capture range(s) each from the window, and any on-demand or anomaly capture"
     return f"{ranks}, {row.ranges} capture range(s) each"
 
 

@@ -253,3 +253,25 @@ def test_cli_ray_names_the_group_whose_roles_are_missing(capsys: pytest.CaptureF
     assert code == 2 and "no entry for 'driver'" in capsys.readouterr().err
     assert main(["nsys-command", "--steps", "3:6", "--ranks", "0", "--ranks", "1", "--ray"]) == 2
     assert main(["nsys-command", "--steps", "3:6", "--ranks", "actor=x", "--ray"]) == 2
+
+
+@pytest.mark.parametrize("extra", [{"on_demand": True}, {"auto_capture": True}])
+def test_on_demand_and_anomaly_captures_make_nsys_repeat_without_a_limit(extra: dict[str, Any]) -> None:
+    # No config can count the ranges a request or an anomaly opens: with repeat:N the later ones were lost.
+    for steps, mode in (("3:6", "step"), ("3:6", "role"), ([], "step"), ([], "role")):
+        config = ProfilerConfig(steps=steps, mode=mode, tool="nsys", save_path="/runs/a", **extra)
+        argv = nsys.nsys_command(config, ["python", "train.py"])
+        assert "--capture-range-end=repeat" in argv, (steps, mode)
+        (row,) = nsys.group_ranges(config)[:1]
+        assert row.selects(0) and row.nsight() is not None
+    plain = ProfilerConfig(steps="3:6", tool="nsys", save_path="/runs/a")
+    assert "--capture-range-end=repeat:3" in nsys.nsys_command(plain)
+
+
+def test_cli_says_on_demand_ranges_are_not_counted(capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROFCTX_ON_DEMAND", "1")
+    assert main(["nsys-command", "--steps", "3:6", "--", "python", "train.py"]) == 0
+    out, err = capsys.readouterr()
+    assert "--capture-range-end=repeat" in shlex.split(out)
+    assert "on-demand" in err and "without a limit" in err
