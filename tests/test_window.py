@@ -283,3 +283,26 @@ def test_a_descending_range_names_its_first_negative_step_as_reading_it_would() 
         StepWindow(range(5, -3, -1))
     with pytest.raises(ConfigError, match=f"at most {MAX_STEPS} steps"):
         StepWindow(range(MAX_STEPS + 5, -3, -1))  # the limit is passed before the first negative step
+
+
+def test_configure_with_a_long_window_lists_no_step(tmp_path: object) -> None:
+    # configure() kept the window's steps as a set for the blocks' membership test: 6 ms and megabytes for
+    # "1:100000". A long window now answers that test itself; the blocks still capture the steps it names.
+    import profctx
+    from profctx.records._manifest import read
+
+    profctx.configure(steps="1:100000", tool="noop", save_path=str(tmp_path), exit_hooks=False, timeline=False)
+    profctx.reset()  # the first configure() of a process also sets up what any later one reuses
+    tracemalloc.start()
+    try:
+        profctx.configure(steps="1:100000", tool="noop", save_path=str(tmp_path), exit_hooks=False,
+                          timeline=False)
+        used = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    for step in (0, 50_000, 100_000):
+        with profctx.profile_step(step):
+            pass
+    assert profctx.flush(10)
+    assert sorted(r["step"] for r in read(tmp_path) if r["status"] == "ok") == [50_000]
+    assert used < 1024 * 1024, used  # a set of 100,000 steps alone is about 4 MB

@@ -23,7 +23,7 @@ import stat
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -55,7 +55,7 @@ class Host(Protocol):
     config: Any
     save_path: Path
     window: StepWindow
-    in_window: frozenset[int]
+    in_window: Container[int]
     run_id: str
     tool: str
     owner: Any
