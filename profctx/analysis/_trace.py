@@ -63,8 +63,9 @@ RUNTIME_CATS: Final = frozenset({"cuda_runtime", "cuda_driver"})
 LINKED_CATS: Final = DEVICE_CATS | RUNTIME_CATS
 #: Categories of user ranges (``record_function``, profctx's role ranges): phases, not operators.
 RANGE_CATS: Final = frozenset({"user_annotation"})
-#: Categories that are neither: torch's whole-capture span, device-side copies of user ranges.
-IGNORED_CATS: Final = frozenset({"Trace", "gpu_user_annotation"})
+#: Categories that are neither: torch's whole-capture span, device-side copies of user ranges, and the
+#: profiler's own work with CUDA activity ("Activity Buffer Request", on a row of its own: it ran in no role).
+IGNORED_CATS: Final = frozenset({"Trace", "gpu_user_annotation", "overhead"})
 #: Categories the batch path handles apart from operators.
 _OPERATOR_ONLY: Final = DEVICE_CATS | RANGE_CATS | IGNORED_CATS | RUNTIME_CATS
 #: Categories of events that are not on a thread's nesting (kernels: device figures; ignored: counted only).

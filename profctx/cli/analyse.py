@@ -175,14 +175,17 @@ def render_summary(result: Summary, style: Style) -> str:
     if not result.phases:
         out.append("no completed captures with a single step: nothing to break down")
     rows = []
+    device = any(p.device_s is not None for p in result.phases)  # a column only where traces hold device events
     for p in sorted(result.phases, key=lambda p: (p.step, -p.time_s)):
         rows.append([str(p.step), p.role, seconds(p.time_s), f"{p.share:.0%}", seconds(p.no_op_s),
-                     seconds(p.median_s), f"{p.ratio:.2f}", p.straggler or ""])
+                     *([seconds(p.device_s)] if device else []), seconds(p.median_s), f"{p.ratio:.2f}",
+                     p.straggler or ""])
     if rows:
+        heads = ["STEP", "ROLE", "TIME", "SHARE", "NO-OP", *(["DEVICE"] if device else []), "MEDIAN", "MAX/MED",
+                 "STRAGGLER"]
         out += ["", style("Phases (time: slowest process, its range; share of the step; no-op: its time in no "
-                          "operator)", "bold"),
-                table(["STEP", "ROLE", "TIME", "SHARE", "NO-OP", "MEDIAN", "MAX/MED", "STRAGGLER"], rows,
-                      right={0, 2, 3, 4, 5, 6})]
+                          "operator" + ("; device: kernels and copies it launched" if device else "") + ")", "bold"),
+                table(heads, rows, right=set(range(len(heads) - 1)) - {1})]
     if result.overhead:
         out.append("profiler start/stop, not in any role (slowest process): "
                    + ", ".join(f"step {s} {seconds(t)}" for s, t in result.overhead.items()))

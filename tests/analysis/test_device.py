@@ -210,3 +210,27 @@ def test_work_of_a_thread_without_roles_is_lent_only_where_one_role_range_holds_
         "gloo:gather": (None, None), "aten::add": (None, None)}
     # Lent operators add nothing to a role's own time: rollout's 300 µs, covered only by its thread's operators.
     assert got.roles[(5, "rollout")] == [300.0, 1, 0.0]
+
+
+def test_the_summary_table_has_a_device_column_only_for_traces_with_device_events(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["summary", str(CONTIGUOUS)]) == 0
+    out = capsys.readouterr().out
+    head = next(line for line in out.splitlines() if line.startswith("STEP"))
+    assert head.split() == ["STEP", "ROLE", "TIME", "SHARE", "NO-OP", "DEVICE", "MEDIAN", "MAX/MED", "STRAGGLER"]
+    rollout = next(line for line in out.splitlines() if line.split()[:2] == ["2", "rollout"])
+    assert "2.78 ms" in rollout  # the kernels rollout launched in step 2, as test_a_real_cuda_trace_... sums them
+    plain = write_synth(tmp_path / "cpu", Spec(steps=(1,), ranks=1, events=20, mode="step"))
+    assert main(["summary", str(plain)]) == 0
+    assert "DEVICE" not in capsys.readouterr().out
+
+
+def test_the_profilers_own_work_is_no_operator() -> None:
+    # With CUDA activity torch writes its own buffer requests ("Activity Buffer Request", category overhead) on a
+    # row of their own: they were listed as the top operator of the step (33 % on an H200 run).
+    trace = next(CONTIGUOUS.rglob("*.pt.trace.json.gz"))
+    assert b'"Activity Buffer Request"' in gzip.decompress(trace.read_bytes())
+    summary = summarize(CONTIGUOUS)
+    names = {o.name for table in summary.role_ops.values() for o in table} | {o.name for c in summary.captures
+                                                                               for o in c.ops}
+    assert names and not any("Activity Buffer Request" in n for n in names)
