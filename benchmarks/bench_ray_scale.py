@@ -118,12 +118,13 @@ def bench_real(save: str, workers: int, selected: Sequence[int], tool: str, roun
     out_window = itertools.count(10**6)
     captured_steps = 0
     results = []
+    rejoined: list[float] = []
     for per_step in calls:
         ratios_out, ratios_in, base_ms, out_ms, in_ms = [], [], [], [], []
         _steps(actors, None, 2, work_ms, per_step)  # warm
         for _ in range(rounds):
             base = _steps(actors, None, steps, work_ms, per_step)
-            register()  # members keep the configuration they were given: a join that changes nothing
+            rejoined.append(register()[1])  # members keep the configuration they had: a join that changes nothing
             out = _steps(actors, [next(out_window) for _ in range(steps)], steps, work_ms, per_step)
             inside = _steps(actors, [next(in_window) for _ in range(steps)], steps, work_ms, per_step)
             captured_steps += steps
@@ -155,6 +156,9 @@ def bench_real(save: str, workers: int, selected: Sequence[int], tool: str, roun
           f"| {registered / ray_round:.2f} | <= 2 |")
     print(f"| the three group() calls themselves (joins sent, not waited for) | {registered_sent * 1e3:.1f} "
           f"| {registered_sent / ray_round:.2f} | |")
+    again = statistics.median(rejoined)
+    print(f"| the same again, members holding the configuration (median of {len(rejoined)}) | {again * 1e3:.1f} "
+          f"| {again / ray_round:.2f} | |")
     print(f"\ncaptures recorded: {len(records)}, expected {expected} (one per selected member per in-window step)")
 
 

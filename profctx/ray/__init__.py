@@ -203,27 +203,29 @@ class Driver:
         still = []
         for grp, joining in waiting:
             if all(r in ready for r in joining.refs) or (joining.deadline is not None and now >= joining.deadline):
-                self._settled(grp, ready)
+                self._settled(grp, joining, ready)
             else:
                 still.append((grp, joining))
         return still
 
-    def _settled(self, grp: WorkerGroup, ready: set[Any]) -> None:
-        """Read ``grp``'s join answers (those in ``ready``; the rest did not join in time) and note them."""
-        joining, grp.joining = grp.joining, None
-        assert joining is not None
-        answered = [r for r in joining.refs if r in ready]
-        try:
-            answers = dict(zip(answered, ray.get(answered, timeout=0), strict=True)) if answered else {}
-        except Exception:  # noqa: BLE001 - one of them failed: each is read on its own to say which
-            answers = {}
-            for ref in answered:
-                try:
-                    answers[ref] = ray.get(ref, timeout=0)
-                except Exception as exc:  # noqa: BLE001 - reported per member
-                    answers[ref] = exc
-        late = TimeoutError(f"did not join within {joining.timeout}s")
-        self.joined(grp, [answers.get(r, late) for r in joining.refs])
+    def _settled(self, grp: WorkerGroup, joining: Joining, ready: set[Any]) -> None:
+        """Read ``grp``'s join answers (those in ``ready``; the rest did not join in time) and note them, once."""
+        with self._lock:  # two threads may settle at once (a step entry, a read of members): one notes them
+            if grp.joining is not joining:
+                return
+            grp.joining = None
+            answered = [r for r in joining.refs if r in ready]
+            try:
+                answers = dict(zip(answered, ray.get(answered, timeout=0), strict=True)) if answered else {}
+            except Exception:  # noqa: BLE001 - one of them failed: each is read on its own to say which
+                answers = {}
+                for ref in answered:
+                    try:
+                        answers[ref] = ray.get(ref, timeout=0)
+                    except Exception as exc:  # noqa: BLE001 - reported per member
+                        answers[ref] = exc
+            late = TimeoutError(f"did not join within {joining.timeout}s")
+            self.joined(grp, [answers.get(r, late) for r in joining.refs])
 
     def joined(self, grp: WorkerGroup, results: Sequence[Any]) -> None:
         """Note where each member runs; warn about duplicate claims and undecorated methods, once each."""
