@@ -181,6 +181,8 @@ class Session:
 
     def start_held(self) -> None:
         """Open and start hooks without making the scope ambient (a held step: see :func:`hold`)."""
+        if OWNER.settle:
+            self._settle()
         try:
             self.open()
             if self.wants_engines():
@@ -189,11 +191,31 @@ class Session:
             self.finish(None, in_flight=True)
             raise
 
+    def _settle(self) -> None:
+        """Finish what must land before anything opens (``OWNER.settle``: Ray joins under way); never raises."""
+        for pending in list(OWNER.settle):
+            try:
+                pending.settle()
+            except Exception as exc:  # noqa: BLE001 - recorded; the block goes on
+                if self.runtime is not None:
+                    self.runtime.failure("worker joins", exc)
+
+    async def _asettle(self) -> None:
+        """The async twin of :meth:`_settle` (awaits; never blocks the event loop)."""
+        for pending in list(OWNER.settle):
+            try:
+                await pending.asettle()
+            except Exception as exc:  # noqa: BLE001
+                if self.runtime is not None:
+                    self.runtime.failure("worker joins", exc)
+
     # -- the whole life, for the with-statement and the decorators -------------------------------
 
     def start(self) -> Tokens:
         """Open, start engines, activate; on any failure undo all of it and re-raise."""
         tokens: Tokens | None = None
+        if OWNER.settle:
+            self._settle()
         try:
             self.open()
             if self.wants_engines():
@@ -207,6 +229,8 @@ class Session:
     async def astart(self) -> Tokens:
         """The async twin of :meth:`start` (engines start concurrently)."""
         tokens: Tokens | None = None
+        if OWNER.settle:
+            await self._asettle()
         try:
             self.open()
             if self.wants_engines():

@@ -79,7 +79,7 @@ class Owner:
     """
 
     __slots__ = ("_lit", "_lock", "capture_hooks", "carried", "carry_cache", "config", "control", "driver", "env_read",
-                 "gate", "held", "hooks", "last_step", "runtime", "step_hooks", "switches")
+                 "gate", "held", "hooks", "last_step", "runtime", "settle", "step_hooks", "switches")
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -107,6 +107,9 @@ class Owner:
         self.step_hooks: list[RoleHook] = []
         #: The driver's worker groups (``profctx.ray``'s registry), if any.
         self.driver: Any = None
+        #: Work to finish before a block opens anything (``settle()`` / ``asettle()``): the Ray driver's worker
+        #: joins still under way, so that a member's warm-up lands in no capture. Empty almost always.
+        self.settle: list[Any] = []
         #: The step held for the whole process by its driver (a ``_block.Held``), if any.
         self.held: Any = None
         #: The thread a worker's held steps start and stop on when Ray runs control calls off
@@ -199,6 +202,7 @@ class Owner:
             hooks, self.hooks = self.hooks, []
             self.step_hooks = []
             self.driver = None
+            self.settle = []
             self.held = None
             control, self.control = self.control, None
             self.config = None

@@ -214,6 +214,9 @@ class Driver:
             if grp.joining is not joining:
                 return
             grp.joining = None
+            if not self._joining():
+                with OWNER._lock:
+                    OWNER.settle = [p for p in OWNER.settle if p is not self]
             answered = [r for r in joining.refs if r in ready]
             try:
                 answers = dict(zip(answered, ray.get(answered, timeout=0), strict=True)) if answered else {}
@@ -605,6 +608,9 @@ def group(name: str, handles: Sequence[Any], *, ranks: Sequence[int] | None = No
     driver, grp = _new_group(name, handles, ranks, world_size, control_timeout)
     refs = driver.join_refs(grp)
     grp.joining = Joining(refs, None if timeout is None else time.monotonic() + timeout, timeout)
+    with OWNER._lock:  # the next block that opens anything settles the joins first: no warm-up in a capture
+        if driver not in OWNER.settle:
+            OWNER.settle = [*OWNER.settle, driver]
     return grp
 
 

@@ -133,6 +133,35 @@ def test_a_warm_up_still_under_way_is_waited_for_before_the_first_step(ray_clust
     assert [(r["steps"], r["status"]) for r in records] == [([1], "ok")]
 
 
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_the_members_warm_up_lands_in_no_capture_of_the_driver(ray_cluster: Any, tmp_path: Path,
+                                                                driver: str) -> None:
+    # group() returns while its members join (and warm up); the driver's first in-window step opens its own
+    # capture only once they have: the warm-up lands before the step, never inside the driver's capture.
+    profctx.configure(steps=[1], mode="step", ranks="all", save_path=tmp_path, tool=SlowPrepare.name)
+    actor = KINDS["sync"]().remote()
+
+    async def step() -> Any:
+        async with profctx.profile_step(1):
+            return await actor.work.remote()
+
+    try:
+        ray.get(actor.work.remote())  # started, not yet a member
+        t0 = time.monotonic()
+        pray.group("actor", [actor])
+        if driver == "sync":
+            with profctx.profile_step(1):
+                ray.get(actor.work.remote())
+        else:
+            asyncio.run(step())
+        assert time.monotonic() - t0 >= SlowPrepare.PREPARE_S  # the member did warm up before its step
+        assert pray.flush() == [True]
+    finally:
+        ray.kill(actor)
+    (mine,) = [r for r in _manifest.read(tmp_path) if r.get("group") is None and r["status"] == "ok"]
+    assert mine["end_time"] - mine["start_time"] < SlowPrepare.PREPARE_S / 2, mine
+
+
 @pytest.mark.parametrize("kind", ["threaded", "async", "sync"])
 def test_a_frozen_member_is_lost_once_then_rejoins(ray_cluster: Any, tmp_path: Path, kind: str) -> None:
     timeout = 2.0
