@@ -72,7 +72,7 @@ def _control_calls(actors: Sequence[Any]) -> int:
 def bench_calls(save: str, calls: int, rounds: int) -> None:
     _configure(save, steps="1:3")
     (actor,) = _actors(1)
-    profctx.ray.group("bench", [actor])
+    _joined = profctx.ray.group("bench", [actor]).members  # once joined: group() only sends
     tick, plain = actor.tick, actor.plain
 
     def sequential() -> tuple[float, float]:
@@ -172,7 +172,7 @@ def bench_control(save: str, workers: int, rounds: int) -> None:
     enter, exit_ = _step_times(range(OUT_OF_WINDOW, OUT_OF_WINDOW + steps_per_case))
     rows.append(("not configured (baseline)", enter, exit_, enter + exit_))
     _configure(save, steps="1:100000", mode="step")
-    profctx.ray.group("bench", actors)
+    _joined = profctx.ray.group("bench", actors).members  # once joined: group() only sends
     case("configured, step out of the window", OUT_OF_WINDOW)
     case("in the window, mode=step (each worker opens a noop capture)", 1)
     _configure(save, steps="1:100000", mode="role")
@@ -218,7 +218,7 @@ def bench_fanout(save: str, sizes: Sequence[int], rounds: int) -> None:
         profctx.reset()
         _configure(save, mode="role")
         actors = _actors(n)
-        profctx.ray.group(f"bench{n}", actors)
+        _joined = profctx.ray.group(f"bench{n}", actors).members  # once joined: group() only sends
         inner: list[float] = []
 
         def one_step(actors: list[Any] = actors, inner: list[float] = inner) -> None:

@@ -59,7 +59,7 @@ def bench_register(save: str, workers: int, rounds: int) -> None:
         profctx.configure(steps="1:10", mode="step", ranks={"other": [0]}, tool="torch", save_path=save,
                           run_id=f"register-{round_}")
         t0 = time.perf_counter()
-        profctx.ray.group("actor", actors)
+        _joined = profctx.ray.group("actor", actors).members  # once joined: group() only sends
         group_ms.append((time.perf_counter() - t0) * 1e3)
         seen = ray.get([a.__ray_call__.remote(rss_mb) for a in actors])
         after_mb.append(statistics.mean(m for m, _ in seen))
@@ -83,7 +83,7 @@ def bench_first(save: str, steps: int) -> None:
     actors = [Probe.remote() for _ in range(2)]  # type: ignore[attr-defined]
     ray.get([a.plain.remote() for a in actors])
     t0 = time.perf_counter()
-    profctx.ray.group("actor", actors)
+    _joined = profctx.ray.group("actor", actors).members  # once joined: group() only sends
     joined = time.perf_counter() - t0
     times = []
     for step in range(1, steps + 1):
