@@ -42,6 +42,11 @@ def test_unwritable_save_path_is_logged_once_and_training_continues(
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len([w for w in warnings if "start failed" in w]) == 1
     assert len([w for w in warnings if "cannot write the manifest" in w]) == 1
+    # The folder comes back: the records that waited in memory are written at reset (left unwritable,
+    # reset would retry them for its whole shutdown timeout).
+    save_path.unlink()
+    profctx.reset()
+    assert sorted(r["step"] for r in read(save_path)) == [1, 2, 3]
 
 
 def test_unwritable_capture_folder_is_recorded_in_the_manifest(tmp_path: Path) -> None:
