@@ -201,7 +201,13 @@ def test_an_interrupt_at_any_statement_of_start_or_stop_leaves_profctx_usable(tm
     # Every object alive before the walk (torch, the modules earlier tests imported) is moved
     # out of the collector's view, so each gc.collect() below scans only what the walk created:
     # the blocks an interrupt dropped are all created here. A frozen object is never collected,
-    # so freezing can only make the walk fail, never pass by mistake.
+    # so freezing can only make the walk fail, never pass by mistake. One capture first, in a
+    # configuration of its own, so that what the first capture of a process imports is frozen too.
+    profctx.configure(steps="0:10", mode=mode, save_path=tmp_path / "first", compress=False, exit_hooks=False,
+                      warmup=False)
+    _one_capture(1)
+    profctx.reset()
+    gc.collect()
     gc.freeze()
     try:
         _walk_every_statement(tmp_path, mode)
