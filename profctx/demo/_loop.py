@@ -65,8 +65,11 @@ def _loop(options: DemoOptions, say: Callable[[str], None]) -> None:
     trainers = [Trainer.remote(7) for _ in range(2)]  # type: ignore[attr-defined]
     # Worker groups: each actor learns its group and rank (its position), and from now on
     # enters every profiled step with the driver.
-    pray.group("rollout", rollouts)
-    pray.group("actor", trainers)
+    started = time.perf_counter()
+    groups = [pray.group("rollout", rollouts), pray.group("actor", trainers)]  # both groups join at once
+    for grp in groups:
+        grp.members  # noqa: B018 - waits for the joins: the workers' start and warm-up stay out of step 1
+    say(f"  {len(rollouts) + len(trainers)} workers joined in {time.perf_counter() - started:.1f} s")
     window = profctx.get_config().steps  # type: ignore[union-attr]
     for step in range(1, options.steps + 1):
         t0 = time.perf_counter()
