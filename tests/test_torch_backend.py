@@ -8,6 +8,7 @@ import json
 import os
 import re
 import socket
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -223,3 +224,30 @@ def test_a_capture_after_a_cuda_capture_starts_once_its_trace_is_exported(
     else:
         assert order == ["started", "started", "exported", "exported"]
         assert not waited
+
+
+def test_a_cuda_capture_whose_export_never_ran_does_not_hold_the_next_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An interrupt between the stop and the queueing of its export drops the export unrun: the next start must
+    # not wait for it (it waited up to two minutes).
+    import profctx.backends.torch as backend
+    from profctx.backends._base import CaptureSpec
+    from profctx.util._identity import Identity
+
+    monkeypatch.setattr(backend, "exported_before_next_start", lambda activities: True)
+    tool = backend.TorchBackend()
+
+    def spec(folder: Path) -> CaptureSpec:
+        return CaptureSpec(capture_id="c", steps=(1,), roles=(), folder=folder, stem="s",
+                           identity=Identity(0, 1, "host", os.getpid(), "test"), run_id="r", contents=("cpu",),
+                           options={}, compress=False, metadata={})
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tool.start(spec(Path(tmp)))
+        finish = tool.stop()
+        del finish  # never queued
+        second = spec(Path(tmp))
+        t0 = time.perf_counter()
+        tool.start(second)
+        waited = time.perf_counter() - t0
+        tool.stop()()
+    assert waited < 5 and not second.notes

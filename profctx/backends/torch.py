@@ -9,6 +9,7 @@ import os
 import shutil
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -161,7 +162,13 @@ class TorchBackend:
             # every kernel, copy and CUDA call exports with ts 0 and dur 0 (seen with torch 2.11 on an H200,
             # docs/performance.md). The next start() waits for this export, not for its compression.
             exported = self._exported = threading.Event()
-        return lambda: _export(prof, spec, level, exported)
+
+        def finish() -> Sequence[Path]:
+            return _export(prof, spec, level, exported)
+
+        if exported is not None:  # a job dropped unrun (an interrupt before it was queued) must not hold the next start
+            weakref.finalize(finish, exported.set)
+        return finish
 
     def _wait_for_export(self, spec: CaptureSpec) -> None:
         """Wait until the previous CUDA capture's trace is exported (see :meth:`stop`); note a wait felt."""
