@@ -37,9 +37,10 @@ class Disk(Protocol):
 class Runtime(Protocol):
     """What a capture needs from the runtime that opened it (``_runtime.Runtime``, which imports this module)."""
 
-    tool: str
     save_path: Path
 
+    @property
+    def tool(self) -> str: ...
     @property
     def backend(self) -> Any: ...
 

@@ -57,8 +57,10 @@ class Host(Protocol):
     window: StepWindow
     in_window: Container[int]
     run_id: str
-    tool: str
     owner: Any
+
+    @property
+    def tool(self) -> str: ...
 
     def identity(self) -> Any: ...
 

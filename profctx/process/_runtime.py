@@ -296,10 +296,6 @@ class Runtime:
         """The tool this process captures with (``auto`` resolved: torch_npu probed here, on first use)."""
         return (self._tool or self._choose_tool())[0]
 
-    @tool.setter
-    def tool(self, value: str) -> None:  # settable: the capture and on-demand protocols name a plain attribute
-        self._tool = (value, None)
-
     @property
     def tool_note(self) -> str | None:
         """Why ``auto`` chose :attr:`tool` (``None`` for a named tool)."""

@@ -594,9 +594,9 @@ def group(name: str, handles: Sequence[Any], *, ranks: Sequence[int] | None = No
     ``world_size``). Each member gets the driver's configuration (unless it configured
     itself) and its identity, so its files and manifest records carry the group and rank.
     The joins of every group registered so far are waited for together at the first point
-    that needs them: the next in-window step's entry (before any member is told to enter it,
-    so a member's backend warm-up lands in no step), :func:`flush`, or reading
-    ``WorkerGroup.members``. Register before the first profiled step, after
+    that needs them: the next block that opens anything, before it opens its capture (so a
+    member's backend warm-up lands in no capture, the driver's included), :func:`flush`, or
+    reading ``WorkerGroup.members``. Register before the first profiled step, after
     ``profctx.configure`` (a later reconfiguration reaches the members at the next step). In
     async code use :func:`group_async`. ``timeout``: seconds, counted from this call, that
     the members are waited for to join; one that has not is warned about once.
