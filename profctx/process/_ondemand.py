@@ -233,6 +233,9 @@ class OnDemand:
         folder = make_folders(self.rt.save_path, f"{MANIFEST_DIR}/{LIVE}")
         path = folder / live_name(self.rt.run_id, identity.host, identity.pid)
         write_file(path, json.dumps(data).encode())
+        if self._live_path is not None and self._live_path != path:  # the run id changed (a launcher found late)
+            with contextlib.suppress(OSError):
+                self._live_path.unlink()
         self._live_path = path
         self._published = (step, now)
 
