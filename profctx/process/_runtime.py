@@ -280,8 +280,8 @@ class Runtime:
             from ._ondemand import OnDemand  # json and a thread: only for runs that use them
 
             self.ondemand = OnDemand(self)
-            if config.auto_capture is not None:
-                self.watch = self.ondemand.step_entered
+            # Every step entry: the anomaly watch, and the step boundary where requests get their steps.
+            self.watch = self.ondemand.step_entered
             self.ondemand.start()
         #: Every step's wall time and its top-level roles' (``_timeline``), written unless ``timeline=False``.
         self.timeline: Timeline | None = (Timeline(self, write=config.timeline, totals=config.summary_at_exit)

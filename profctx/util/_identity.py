@@ -143,7 +143,7 @@ def launcher_run_id(environ: Mapping[str, str] | None = None) -> tuple[str, str]
 
 
 def lightning_local_rank(environ: Mapping[str, str]) -> int | None:
-    """Return the local rank of a process Lightning's script launcher set up (see :func:`launcher_run_id`), else ``None``."""
+    """Return the local rank Lightning's script launcher gave this process (:func:`launcher_run_id`), or ``None``."""
     if environ.get("RANK", "").strip() or not all(
             environ.get(name, "").strip() for name in ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK")):
         return None
@@ -171,7 +171,7 @@ def _parent_launch() -> str:
 
 
 def _launch_of(pid: int, extra: str = "") -> str:
-    """Return a short id of process ``pid``, unique per process on this host (its start time tells a reused pid apart)."""
+    """Return a short id of process ``pid``, unique on this host (its start time tells a reused pid apart)."""
     started = ""
     try:  # Linux: the process's start time (clock ticks since boot)
         with open(f"/proc/{pid}/stat", "rb") as handle:
