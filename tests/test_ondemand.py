@@ -285,11 +285,12 @@ def test_a_live_run_captures_exactly_the_steps_a_trigger_asks_for(tmp_path: Path
     proc = start_loop(save, {"tool": "torch", "compress": False})
     try:
         wait_for(lambda: any(s >= 3 for s in live_steps(save)), "the run to publish its progress")
-        done = trigger(save, "--steps", "3", "--json")
+        before = max(live_steps(save))
+        done = trigger(save, "--steps", "3", "--json", "--wait", "50")
         assert done.returncode == 0, done.stdout + done.stderr
         request = json.loads(done.stdout)
-        first = request["first"]
-        assert first >= max(live_steps(save)) + 2 - 1  # ahead of the run (it may have moved one step since)
+        first = request["answer"]["first"]  # the run named it: the step after the one it entered next
+        assert first > before
         wait_for(lambda: any(s > first + 3 for s in live_steps(save)), "the run to pass the requested steps")
     finally:
         errors = stop(save, proc)
@@ -317,9 +318,9 @@ def test_two_ranks_capture_the_same_steps(tmp_path: Path) -> None:
              for rank in (0, 1)]
     try:
         wait_for(lambda: len(live_steps(save)) == 2 and min(live_steps(save)) >= 3, "both ranks to publish")
-        done = trigger(save, "--steps", "2", "--json")
+        done = trigger(save, "--steps", "2", "--json", "--wait", "50")
         assert done.returncode == 0, done.stdout + done.stderr
-        first = json.loads(done.stdout)["first"]
+        first = json.loads(done.stdout)["answer"]["first"]
         wait_for(lambda: min(live_steps(save)) > first + 2, "both ranks to pass the requested steps")
     finally:
         errors = stop(save, *procs)

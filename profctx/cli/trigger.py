@@ -98,19 +98,11 @@ def live(path: Path) -> list[dict[str, Any]]:
 
 
 def refusal(processes: list[dict[str, Any]], ranks: tuple[int, ...] | None, group: str | None) -> str | None:
-    """Return why the live run would refuse a new request, as far as its progress files tell; ``None``: none."""
-    for p in processes:
-        for rid, state in (p.get("requests") or {}).items():
-            if not isinstance(state, dict):
-                continue
-            step: int = p["step"] if type(p.get("step")) is int else -1
-            last = state.get("last")
-            if state.get("state") == "pending" or (state.get("state") == "scheduled" and type(last) is int
-                                                     and last >= step):
-                steps = (f"steps {state.get('first')}-{last}" if state.get("state") == "scheduled"
-                         else "steps not named yet")
-                return (f"request {rid} ({steps}) is still to capture; a new request would overlap it, and "
-                        "overlapping requests are refused, not merged: ask again once it is done")
+    """Return why the live run cannot honour a new request, as its progress files tell; ``None``: it may.
+
+    An overlap with a request still to capture is the run's to refuse (it records why): the CLI
+    writes the request and prints the run's answer.
+    """
     deciders = [p for p in processes if p.get("decides")]
     if deciders and all(p.get("left") == 0 for p in deciders):
         return "the run accepted on_demand_max_captures requests already"

@@ -170,6 +170,7 @@ class OnDemand:
         self.status: dict[str, dict[str, Any]] = {}
         self._dirty = False
         self._placed: tuple[Any, bool, bool] | None = None
+        self._agreed_path: tuple[tuple[str, int], str] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -364,7 +365,7 @@ class OnDemand:
             # A restart with the same save_path and run id: on this host, one clock tells the earlier run's
             # requests apart (another host's clock is never compared with this one's).
             if request.run is None and request.time is not None and request.time < self.started_at \
-                    and request.host == self.rt.identity().host:
+                    and request.host in (None, self.rt.identity().host):
                 logger.debug("profctx: request %s was written before this process started: not for it", request.id)
                 continue
             yield request
@@ -537,6 +538,8 @@ class OnDemand:
         names the steps of the relative requests it read; then the step that ended is judged.
         """
         if self.on_demand or self.auto is not None:
+            if self.scheduled:
+                self._retire(step)
             shared, decider = self.place()
             if shared and not decider:
                 self._look_agreed(step)
@@ -545,13 +548,28 @@ class OnDemand:
         if self.auto is not None:
             self._judge(step)
 
+    def _retire(self, step: int) -> None:
+        """Mark the requests whose last step ended before ``step`` as done (out of the window, no boundary says so)."""
+        with self.lock:
+            done = [s for s in self.scheduled if s.started and s.request.steps.stop <= step]
+            if not done:
+                return
+            for s in done:
+                self.scheduled.remove(s)
+                self._state(s.request, state="done", first=s.request.steps.start, last=s.request.steps.stop - 1)
+            self._rewindow()
+
     def _look_agreed(self, step: int) -> None:
         """Read the agreed requests the decider wrote since this rank last looked (one ``os.access`` when none)."""
         folder = self.root / REQUESTS
         while True:
-            name = agreed_name(self.rt.run_id, self.next_agreed)
-            if not os.access(folder / name, os.F_OK):
+            key = (self.rt.run_id, self.next_agreed)
+            cached = self._agreed_path
+            if cached is None or cached[0] != key:  # one path built per agreed request, not per step
+                cached = self._agreed_path = (key, os.fspath(folder / agreed_name(*key)))
+            if not os.access(cached[1], os.F_OK):
                 return
+            name = agreed_name(*key)
             self.next_agreed += 1
             try:
                 request = read_request(folder / name, folder)

@@ -1,4 +1,4 @@
-"""A tiny Lightning DDP fit on CPU, started as ``python lightning_ddp_job.py DIR``: Lightning starts it again for rank 1.
+"""A tiny Lightning DDP fit on CPU, started as ``python lightning_ddp_job.py DIR``: Lightning starts rank 1 itself.
 
 Run by ``tests/job/test_lightning_run_id.py``; configures profctx before the Trainer exists, as a
 user's script does, so rank 0 knows nothing of the launch when its runtime is made.
@@ -10,7 +10,7 @@ import logging
 import sys
 import warnings
 
-import lightning as L
+import lightning as L  # noqa: N812 - as Lightning writes it
 import torch
 
 import profctx
