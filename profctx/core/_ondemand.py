@@ -26,10 +26,6 @@ REQUEST_VERSION: Final = 1
 MAX_REQUEST_BYTES: Final = 16 * 1024
 #: Most steps one request may ask for (a request that asks for more is refused by the CLI and the run).
 MAX_REQUEST_STEPS: Final = 100
-#: A request's first step lies at least this many seconds and this many steps ahead of the fastest
-#: process's current step (see :func:`first_step`).
-AHEAD_S: Final = 2.0
-AHEAD_STEPS: Final = 2
 #: Default cap of on-demand captures (accepted requests) per process and configuration.
 DEFAULT_MAX_CAPTURES: Final = 10
 
@@ -182,43 +178,6 @@ def parse(data: object) -> Request:
         return Request(**fields)
     except TypeError as exc:  # a key given twice cannot happen in JSON; guards the constructor's signature
         raise RequestError(str(exc)) from None
-
-
-@final
-@dataclass(frozen=True)
-class Progress:
-    """A live process's progress as it published it: the step it is in, its seconds per step, and when."""
-
-    step: int
-    period: float | None
-    time: float
-
-
-def first_step(progress: Iterable[Progress], now: float, *, ahead_s: float = AHEAD_S,
-               ahead_steps: int = AHEAD_STEPS) -> int | None:
-    """Return the first step a request written at ``now`` should name; ``None`` when no process is known.
-
-    Each process's current step is projected to ``now`` from what it published (its step plus
-    the seconds since, over its seconds per step); the first step is the furthest projected
-    step plus a margin of ``ahead_steps`` steps, or of ``ahead_s`` seconds at the fastest
-    process's pace when that is more. So the slowest process to notice the request (it looks
-    every half second) still finds the first step ahead of it, and all capture the same steps.
-    """
-    top: int | None = None
-    fastest: float | None = None
-    for p in progress:
-        projected = p.step
-        if p.period is not None and p.period > 0 and math.isfinite(p.period):
-            elapsed = max(0.0, now - p.time)
-            projected = p.step + min(int(elapsed / p.period), 10**9)
-            fastest = p.period if fastest is None else min(fastest, p.period)
-        top = projected if top is None else max(top, projected)
-    if top is None:
-        return None
-    margin = ahead_steps
-    if fastest is not None:
-        margin = max(margin, min(math.ceil(ahead_s / fastest), 10**6))
-    return top + margin
 
 
 def admit(request: Request, last_step: int | None, accepted: int, cap: int, known: bool,

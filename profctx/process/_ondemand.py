@@ -42,7 +42,6 @@ from typing import Any, Final, Protocol
 from ..core._layout import MANIFEST_DIR, capture_folder, safe
 from ..core._ondemand import (
     MAX_REQUEST_BYTES,
-    Progress,
     Request,
     RequestError,
     admit,
@@ -779,21 +778,6 @@ def write_request(save_path: Path, request: Request) -> Path:
     path = folder / f"{request.id}.json"
     write_file(path, json.dumps(request.to_dict()).encode())
     return path
-
-
-def read_progress(save_path: Path, now: float, *, run: str | None = None,
-                  stale_s: float = STALE_S) -> Iterable[Progress]:
-    """Yield the progress of each live process of ``save_path`` (of ``run`` when given) that has a step.
-
-    Live: its file was updated within ``stale_s`` seconds, belongs to this user, and (on this
-    host) its pid exists. Files that are not valid progress are skipped.
-    """
-    for data in live_processes(save_path, now, stale_s=stale_s):
-        if run is not None and data.get("run") != run:
-            continue
-        step, period, when = data.get("step"), data.get("period"), data.get("time")
-        if type(step) is int and step >= 0 and isinstance(when, (int, float)):
-            yield Progress(step, float(period) if isinstance(period, (int, float)) else None, float(when))
 
 
 def live_processes(save_path: Path, now: float, *, stale_s: float = STALE_S) -> list[dict[str, Any]]:
