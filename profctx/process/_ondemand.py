@@ -560,14 +560,14 @@ class OnDemand:
 
     def _look_agreed(self, step: int) -> None:
         """Read the agreed requests the decider wrote since this rank last looked (one ``os.access`` when none)."""
-        folder = self.root / REQUESTS
         while True:
             key = (self.rt.run_id, self.next_agreed)
             cached = self._agreed_path
             if cached is None or cached[0] != key:  # one path built per agreed request, not per step
-                cached = self._agreed_path = (key, os.fspath(folder / agreed_name(*key)))
+                cached = self._agreed_path = (key, os.fspath(self.root / REQUESTS / agreed_name(*key)))
             if not os.access(cached[1], os.F_OK):
                 return
+            folder = self.root / REQUESTS
             name = agreed_name(*key)
             self.next_agreed += 1
             try:
