@@ -33,7 +33,7 @@ from .core._status import LISTED
 from .util._untrusted import MAX_DEPTH, UnsafeFileError, inside, open_regular, resolve, too_deep
 
 __all__ = ["DRIVER", "MAX_LINE", "STATUSES", "VERSION", "CaptureRecord", "ManifestReader", "TraceFile", "drivers",
-           "in_groups", "latest_run", "process_names", "read", "runs"]
+           "in_groups", "latest_run", "process_names", "read", "repeats_text", "runs"]
 
 
 @functools.cache
@@ -68,7 +68,7 @@ _FIELDS: Final = frozenset({
     "capture", "run", "status", "kind", "steps", "step", "last_step", "role", "rank", "world_size", "host",
     "pid", "group", "seq", "backend", "engine", "version", "replica", "folder", "start_time", "end_time",
     "duration_s", "blocked_s", "write_s", "files", "bytes", "ranges", "error", "reason", "notes", "shard",
-    "event", "time", "trigger",
+    "event", "time", "trigger", "selected",
 })
 
 
@@ -258,6 +258,16 @@ class CaptureRecord:
         return type(self._raw.get("files")) is list
 
     @property
+    def selected(self) -> tuple[int, ...] | str | None:
+        """The ranks the process's configuration profiled (``"all"``; ``None``: not recorded)."""
+        value = self._raw.get("selected")
+        if value == "all":
+            return "all"
+        if type(value) is list and len(value) <= 4096 and all(type(r) is int and r >= 0 for r in value):
+            return tuple(value)
+        return None
+
+    @property
     def files(self) -> tuple[TraceFile, ...]:
         """The files written, paths relative to ``save_path`` (or absolute)."""
         value = self._raw.get("files")
@@ -421,6 +431,15 @@ class ManifestReader:
         self.lean = lean
         self.damaged: list[str] = []
         self.newer = 0
+        #: Shards every capture of which an earlier shard holds already (a copy, a shard synced twice): not read.
+        self.duplicates: list[str] = []
+        #: Records left out as repeats: captures another shard holds, a file another capture names already.
+        self.repeated: list[str] = []
+        #: Each trace file a capture read so far names, and that capture's id (a second naming is a repeat).
+        self._named: dict[str, str] = {}
+        #: Leave out a capture that names a trace file an earlier one names (the analysis would count its
+        #: events twice); ``profctx ls``, which only lists, turns it off.
+        self.unique_files = True
 
     def resolve(self, name: str) -> Path:
         """Return the path of a file a record names (relative to ``save_path``), refusing one outside it.
@@ -443,7 +462,9 @@ class ManifestReader:
         except OSError:
             return []
         prefix = None if self.run is None else f"{safe(self.run)}."
-        return [folder / n for n in names
+        # Shortest name first: a copy (``x.backup.jsonl``) is read after the shard it copies, so the copy is
+        # the one named a duplicate.
+        return [folder / n for n in sorted(names, key=lambda n: (len(n), n))
                 if n.endswith(".jsonl") and (prefix is None or n.startswith(prefix))]
 
     def lines(self) -> Iterator[dict[str, Any]]:
@@ -621,6 +642,7 @@ class ManifestReader:
         after its first records); ``None`` when no line does. Lines without a group are not
         parsed, but the first, which says who the process is.
         """
+        seen: set[tuple[str, str | None, int | None]] = set()
         for shard in self.shards():
             lines = self._read(shard)
             if lines is None:
@@ -638,7 +660,8 @@ class ManifestReader:
                 group = typed.group
                 if group is not None:
                     break
-            if who is not None:
+            if who is not None and (str(who.run), who.host, who.pid) not in seen:
+                seen.add((str(who.run), who.host, who.pid))
                 yield str(who.run), who.host, who.pid, group
 
     def merged(self) -> Iterator[dict[str, Any]]:
@@ -657,8 +680,54 @@ class ManifestReader:
         (a record of this shard that finishes one completes it); this shard's unfinished ones are
         added to it. ``finished``: the ids of the captures finished so far, this shard's added.
         A caller that takes a shard's captures from elsewhere adds their ids to ``finished``.
+
+        Records are keyed by identity: a capture is its run, host, pid and capture id, and capture
+        ids are 48 random bits, so within a folder the id stands for the rest. A capture an earlier
+        shard finished is a repeat (a copy of a shard, or one synced twice): left out, and the
+        shard named in :attr:`duplicates` when it holds nothing else, else counted in
+        :attr:`repeated`. A capture naming a trace file an earlier capture names is left out
+        too, named in :attr:`repeated` (its events would count twice).
         """
-        return self._merge(self._shard_lines(shard, self.lean), pending, finished)
+        repeats = [0]
+        yielded = 0
+        for record in self._merge(self._shard_lines(shard, self.lean), pending, finished, repeats):
+            if self.unique_files and not self._first_to_name(shard.name, record):
+                continue
+            yielded += 1
+            yield record
+        self._tell_repeats(shard.name, repeats[0], yielded)
+
+    def _tell_repeats(self, name: str, repeats: int, kept: int) -> None:
+        """Name a shard whose captures were all read before, or count the repeats it held."""
+        if not repeats:
+            return
+        if kept:
+            self.repeated.append(f"{name}: {repeats} record(s) of captures another shard holds, ignored")
+        else:
+            self.duplicates.append(name)
+
+    def _first_to_name(self, name: str, record: dict[str, Any]) -> bool:
+        """Return whether ``record`` names no trace file an earlier capture names (else it is noted as a repeat)."""
+        files = record.get("files")
+        if type(files) is not list or not files:
+            return True
+        key = record.get("capture")
+        key = key if type(key) is str else ""
+        named = self._named
+        paths: list[str] = []
+        for entry in files:
+            path = entry.get("path") if type(entry) is dict else entry
+            if type(path) is str:
+                paths.append(path)
+        for path in paths:
+            other = named.get(path)
+            if other is not None and other != key:
+                self.repeated.append(f"{name}: capture {key or '(no id)'} names {path}, which capture "
+                                     f"{other or '(no id)'} names already: a damaged entry, not counted twice")
+                return False
+        for path in paths:
+            named[path] = key
+        return True
 
     @staticmethod
     def _still_open(pending: dict[str, dict[str, Any]], finished: set[str]) -> Iterator[dict[str, Any]]:
@@ -679,8 +748,12 @@ class ManifestReader:
 
     @staticmethod
     def _merge(records: Iterable[dict[str, Any]], pending: dict[str, dict[str, Any]],
-               finished: set[str]) -> Iterator[dict[str, Any]]:
-        """Yield the captures one shard finishes, merging in ``pending``; add its unfinished ones to ``pending``."""
+               finished: set[str], repeats: list[int] | None = None) -> Iterator[dict[str, Any]]:
+        """Yield the captures one shard finishes, merging in ``pending``; add its unfinished ones to ``pending``.
+
+        A record of a capture an earlier shard finished (in ``finished``, not this shard's) is
+        left out, counted in ``repeats[0]`` when given.
+        """
         waiting: dict[str, dict[str, Any]] = {}
         # A capture may be finished more than once (an engine's late answer rewrites its
         # record): the shard's last word wins, so finished records are yielded at its end.
@@ -688,6 +761,10 @@ class ManifestReader:
         for record in records:
             key = record.get("capture")
             key = key if type(key) is str else ""
+            if key and key in finished and key not in done and key not in waiting:
+                if repeats is not None:
+                    repeats[0] += 1
+                continue
             event = record.pop("event", None)
             if event == "started" and key:
                 entry = waiting.get(key)
@@ -718,6 +795,17 @@ class ManifestReader:
 
     def __iter__(self) -> Iterator[CaptureRecord]:
         return map(CaptureRecord, self.merged())
+
+
+def repeats_text(reader: ManifestReader) -> list[str]:
+    """Return the lines that say what ``reader`` left out as repeats (duplicate shards, files named twice)."""
+    lines = []
+    if reader.duplicates:
+        count = len(reader.duplicates)
+        lines.append(f"{count} duplicate shard{'s' if count > 1 else ''} ignored: {', '.join(reader.duplicates)} "
+                     "(every capture in it is read already from another shard)")
+    lines += reader.repeated
+    return lines
 
 
 def in_groups(record: CaptureRecord, groups: Collection[str]) -> bool:

@@ -19,16 +19,13 @@ from hypothesis import strategies as st
 
 import profctx
 from profctx.core._ondemand import (
-    AHEAD_S,
-    AHEAD_STEPS,
     MAX_REQUEST_STEPS,
     AutoCapture,
-    Progress,
     Request,
     RequestError,
     admit,
     at_step,
-    first_step,
+    overlapping,
     parse,
 )
 from profctx.manifest import read
@@ -87,29 +84,25 @@ def test_a_bad_value_is_refused(request: Request, key: str, value: Any) -> None:
     assert getattr(parsed, key) in (value, None, tuple(value) if isinstance(value, list) else value)
 
 
-progresses = st.lists(st.builds(Progress, step=st.integers(0, 10**5),
-                                period=st.none() | st.floats(1e-4, 100.0),
-                                time=st.floats(0, 100.0)), min_size=1, max_size=8)
+@given(requests, st.integers(0, 10**6))
+def test_a_relative_request_reads_back_and_gets_its_steps_once_named(request: Request, first: int) -> None:
+    relative = request.at(first)
+    relative = Request(**{**{k: getattr(relative, k) for k in relative.__dataclass_fields__}, "first": None})
+    assert parse(relative.to_dict()) == relative and relative.steps == range(0)
+    assert at_step(first, relative, False) == "wait"  # no step of its own until one is named
+    named = relative.at(first)
+    assert named.steps == range(first, first + request.count) and parse(named.to_dict()) == named
 
 
-@given(progresses, st.floats(0, 100.0))
-def test_the_first_step_lies_ahead_of_every_process_by_two_steps_and_two_seconds(
-        progress: list[Progress], now: float) -> None:
-    first = first_step(progress, now)
-    assert first is not None
-    for p in progress:
-        projected = p.step + (int(max(0.0, now - p.time) / p.period) if p.period else 0)
-        assert first >= projected + AHEAD_STEPS
-        if p.period:  # the fastest process needs at least AHEAD_S seconds to get there
-            assert (first - projected) * p.period >= AHEAD_S - 1e-9 or first - projected >= 10**6
-
-
-@given(st.integers(0, 1000), st.floats(0.001, 10.0))
-def test_ranks_one_step_apart_get_the_same_first_step_ahead_of_both(step: int, period: float) -> None:
-    both = [Progress(step, period, 0.0), Progress(step + 1, period, 0.0)]
-    first = first_step(both, 0.0)
-    assert first is not None and first > step + 1
-    assert first_step([], 0.0) is None
+@given(st.integers(0, 1000), st.integers(1, 100), st.integers(0, 1000), st.integers(1, 100))
+def test_overlapping_trigger_requests_are_refused_never_merged(a: int, na: int, b: int, nb: int) -> None:
+    earlier = Request(id="earlier", first=a, count=na)
+    later = Request(id="later", first=b, count=nb)
+    overlap = bool(set(earlier.steps) & set(later.steps))
+    assert (overlapping(later, [earlier]) is earlier) == overlap
+    assert (admit(later, None, 0, 10, False, [earlier]) == "overlap") == overlap
+    anomaly_request = Request(id="auto", first=b, count=nb, origin="anomaly")
+    assert admit(anomaly_request, None, 0, 10, False, [earlier]) == "schedule"  # the run's own: never refused
 
 
 @given(requests, st.none() | st.integers(0, 10**6), st.integers(0, 20), st.integers(0, 20), st.booleans())
@@ -285,11 +278,12 @@ def test_a_live_run_captures_exactly_the_steps_a_trigger_asks_for(tmp_path: Path
     proc = start_loop(save, {"tool": "torch", "compress": False})
     try:
         wait_for(lambda: any(s >= 3 for s in live_steps(save)), "the run to publish its progress")
-        done = trigger(save, "--steps", "3", "--json")
+        before = max(live_steps(save))
+        done = trigger(save, "--steps", "3", "--json", "--wait", "50")
         assert done.returncode == 0, done.stdout + done.stderr
         request = json.loads(done.stdout)
-        first = request["first"]
-        assert first >= max(live_steps(save)) + 2 - 1  # ahead of the run (it may have moved one step since)
+        first = request["answer"]["first"]  # the run named it: the step after the one it entered next
+        assert first > before
         wait_for(lambda: any(s > first + 3 for s in live_steps(save)), "the run to pass the requested steps")
     finally:
         errors = stop(save, proc)
@@ -317,9 +311,9 @@ def test_two_ranks_capture_the_same_steps(tmp_path: Path) -> None:
              for rank in (0, 1)]
     try:
         wait_for(lambda: len(live_steps(save)) == 2 and min(live_steps(save)) >= 3, "both ranks to publish")
-        done = trigger(save, "--steps", "2", "--json")
+        done = trigger(save, "--steps", "2", "--json", "--wait", "50")
         assert done.returncode == 0, done.stdout + done.stderr
-        first = json.loads(done.stdout)["first"]
+        first = json.loads(done.stdout)["answer"]["first"]
         wait_for(lambda: min(live_steps(save)) > first + 2, "both ranks to pass the requested steps")
     finally:
         errors = stop(save, *procs)

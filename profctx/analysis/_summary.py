@@ -38,7 +38,17 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
-from ..manifest import CaptureRecord, ManifestReader, drivers, in_groups, latest_run, process_names
+from ..manifest import (
+    DRIVER,
+    CaptureRecord,
+    ManifestReader,
+    drivers,
+    in_groups,
+    latest_run,
+    process_names,
+    repeats_text,
+)
+from ..records._job import of_records
 from ..util._untrusted import UnsafeFileError, files_under, resolve
 from ._parallel import Prefetched, jobs_for
 from ._trace import TraceFigures, read_figures
@@ -175,6 +185,8 @@ class Summary:
     #: ``{role: seconds}``: device work launched in each role (:data:`NO_ROLE`: in none), summed over
     #: processes and steps; empty when no trace holds a device event.
     role_device: dict[str, float] = field(default_factory=dict)
+    #: The processes the run's records expect (``rank R of W``, selected ranks) and that have no record here.
+    missing: list[str] = field(default_factory=list)
 
     def phase(self, step: int, role: str) -> RoleStep | None:
         """Return the figures of ``role`` in ``step``, or ``None``."""
@@ -217,6 +229,7 @@ class Summary:
             "captures": [c.to_json() for c in self.captures],
             "engines": [c.to_json() for c in self.engines],
             "problems": self.problems,
+            "missing": self.missing,
         }
 
 
@@ -243,11 +256,16 @@ def summarize(
     root = Path(save_path)
     chosen = latest_run(root) if run == "latest" else run
     wanted = None if steps is None else set(steps)
-    every = list(ManifestReader(root, chosen))
+    reader = ManifestReader(root, chosen)
+    every = list(reader)
     records = [r for r in every
                if (wanted is None or wanted.intersection(r.steps)) and (groups is None or in_groups(r, groups))]
-    return summarize_records(root, records, run=chosen, steps=wanted, top=top, straggler_ratio=straggler_ratio,
-                             progress=progress, driver=drivers(every), jobs=jobs)
+    summary = summarize_records(root, records, run=chosen, steps=wanted, top=top, straggler_ratio=straggler_ratio,
+                                progress=progress, driver=drivers(every), jobs=jobs)
+    summary.problems[:0] = repeats_text(reader)
+    summary.missing = [m.name() for m in of_records(every)
+                       if groups is None or (m.group or DRIVER) in groups]
+    return summary
 
 
 def summarize_records(

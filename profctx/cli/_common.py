@@ -8,7 +8,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
 from typing import Any, Final, TextIO
@@ -16,7 +16,9 @@ from typing import Any, Final, TextIO
 from ..core._layout import MANIFEST_DIR
 from ..core._plan import role_matches
 from ..core._status import LISTED
-from ..manifest import CaptureRecord, ManifestReader, in_groups, latest_run, runs
+from ..manifest import MAX_LINE, CaptureRecord, ManifestReader, in_groups, latest_run, repeats_text, runs
+from ..records._job import Member, hole, missing
+from ..util._untrusted import open_regular
 
 #: Exit codes of every subcommand.
 OK: Final = 0
@@ -132,6 +134,48 @@ class Run:
     records: list[CaptureRecord]
     damaged: list[str]
     runs: list[str]
+    #: What the reader left out as repeats (duplicate shards, a file two captures name).
+    repeats: list[str] = field(default_factory=list)
+
+
+def lacking(folder: str | Path, run: str | None = None) -> str | None:
+    """Return the line naming the processes the runs of ``folder`` (of ``run``) expect and have no shard of."""
+    members = shard_members(folder, run)
+    found = missing(members, selected_only=True)
+    several = len({m.run for m in members}) > 1
+    return hole([f"{m.name()} of run {m.run}" if several else m.name() for m in found], "capture record")
+
+
+def shard_members(folder: str | Path, run: str | None = None) -> list[Member]:
+    """Return the process of each manifest shard of ``folder`` (of ``run``), engines left out.
+
+    Reads the first line of each shard (one shard per process; its first record says who the
+    process is, its ``rank R of W`` and the ranks its configuration selects).
+    """
+    reader = ManifestReader(folder, run)
+    members = []
+    for shard in reader.shards():
+        try:
+            with open_regular(shard, folder) as handle:  # untrusted folder: a FIFO must not block
+                line = handle.readline(MAX_LINE + 1)
+        except OSError:
+            continue
+        record = reader._parse(shard.name, 1, line.rstrip(b"\r\n"))
+        if record is None:
+            continue
+        typed = CaptureRecord(record)
+        if typed.is_engine:
+            continue
+        selected = typed.selected
+        members.append(Member(typed.run, typed.group, typed.rank, typed.world_size,
+                              selected if selected is None or isinstance(selected, tuple) else "all"))
+    return members
+
+
+def tell_repeats(command: str, reader: ManifestReader) -> None:
+    """Print, on stderr, what the reader left out as repeats (see :func:`repeats_text`)."""
+    for line in repeats_text(reader):
+        print(f"{command}: {escape(line)}", file=sys.stderr)
 
 
 def check_folder(folder: str) -> Path:
@@ -220,7 +264,7 @@ def open_run(folder: str, args: argparse.Namespace | None = None, *, run: str | 
     """
     path, reader, chosen = stream_run(folder, args, run=run)
     records = sorted(chosen, key=lambda r: (r.begin, -1 if r.rank is None else r.rank))
-    return Run(path, records, reader.damaged, runs(records))
+    return Run(path, records, reader.damaged, runs(records), repeats_text(reader))
 
 
 def add_filters(parser: argparse.ArgumentParser, *, run_default: str | None = None) -> None:

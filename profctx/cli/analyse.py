@@ -10,6 +10,7 @@ from typing import Any
 from ..analysis import Diff, Summary, Threshold, Violation, check, diff, parse_threshold, summarize
 from ..analysis._parallel import AUTO
 from ..manifest import MAX_LINE, ManifestReader, latest_run
+from ..records._job import hole
 from ..util._errors import ConfigError
 from ..util._untrusted import open_regular
 from ._common import FINDINGS, OK, Progress, Style, UsageError, check_folder, guarded, table
@@ -136,10 +137,14 @@ def run_summary(args: argparse.Namespace) -> int:
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=1, default=str)
         sys.stdout.write("\n")
+        if result.missing:
+            print(hole(result.missing, "capture record"), file=sys.stderr)
         if note:
             print(note, file=sys.stderr)
         return OK
     print(render_summary(result, Style(sys.stdout)))
+    if result.missing:
+        print(f"\n{hole(result.missing, 'capture record')}")
     if note:
         print(f"\n{note}")
     return OK
@@ -219,7 +224,7 @@ def render_summary(result: Summary, style: Style) -> str:
     return "\n".join(out)
 
 
-def _diff(args: argparse.Namespace, top: int) -> tuple[Diff, str, str]:
+def _diff(args: argparse.Namespace, top: int) -> tuple[Diff, str, str, list[str]]:
     if args.steps:
         if args.new is not None:
             raise UsageError("--steps compares two steps of one run: give one folder")
@@ -231,11 +236,14 @@ def _diff(args: argparse.Namespace, top: int) -> tuple[Diff, str, str]:
             raise UsageError(f"step {missing}: no completed capture in {args.base} (steps: "
                              f"{', '.join(map(str, _steps(args.base, args.run, args)))})")
         la, lb = f"step {sa}", f"step {sb}"
+        holes = [hole(a.missing, "capture record")]
     else:
         a = _summarize(args.base, args.base_run, args, top=100_000)
         b = _summarize(args.new or args.base, args.run, args, top=100_000)
         la, lb = f"{args.base} run {a.run}", f"{args.new or args.base} run {b.run}"
-    return diff(a, b, top=top, a_label=la, b_label=lb), la, lb
+        holes = [f"A: {text}" if (text := hole(a.missing, "capture record")) else None,
+                 f"B: {text}" if (text := hole(b.missing, "capture record")) else None]
+    return diff(a, b, top=top, a_label=la, b_label=lb), la, lb, [h for h in holes if h]
 
 
 def _steps(folder: str, run: str, args: argparse.Namespace) -> list[int]:
@@ -268,12 +276,16 @@ def run_diff(args: argparse.Namespace) -> int:
     """Print what changed between A and B."""
     if args.ops < 0:
         raise UsageError(f"--ops {args.ops}: must be 0 or more")
-    result, _, _ = _diff(args, args.ops)
+    result, _, _, holes = _diff(args, args.ops)
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=1)
         sys.stdout.write("\n")
+        for line in holes:
+            print(line, file=sys.stderr)
     else:
         print(render_diff(result, Style(sys.stdout)))
+        for line in holes:
+            print(f"\n{line}")
     return OK
 
 
@@ -288,7 +300,9 @@ def run_check(args: argparse.Namespace) -> int:
         thresholds.append(Threshold("role", "*", 0.10))
     ns = argparse.Namespace(**vars(args))
     ns.base, ns.new, ns.base_run, ns.steps = args.baseline, args.dir, args.baseline_run, None
-    result, la, lb = _diff(ns, 100_000)
+    result, la, lb, holes = _diff(ns, 100_000)
+    for line in holes:
+        print(line, file=sys.stderr)
     violations = check(result, thresholds, min_delta_s=args.min_ms / 1000)
     if args.json:
         json.dump({"schema": "profctx.check", "version": 1, "passed": not violations,

@@ -21,11 +21,13 @@ from ._common import (
     check_folder,
     escape,
     guarded,
+    lacking,
     no_capture_yet,
     size,
     stream_merged,
     stream_run,
     table,
+    tell_repeats,
 )
 
 try:
@@ -67,9 +69,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.json:
             _, reader, records = stream_run(args.dir, args)
-            return _json(records, reader.damaged)
+            reader.unique_files = False
+            return _json(records, reader)
         reader, rows = _rows(args)
-        return _table(args, rows, reader.damaged)
+        return _table(args, rows, reader)
     finally:
         if collecting:
             gc.enable()
@@ -82,17 +85,21 @@ def _rows(args: argparse.Namespace) -> tuple[ManifestReader, Iterator[Sequence[A
     """
     if _filtered(args):
         _, reader, merged = stream_merged(args.dir, args, lean=True)
+        reader.unique_files = False  # a listing: every capture is a row, whatever files it names
         return reader, map(fast_row, merged)
     reader = ManifestReader(check_folder(args.dir), lean=True)
+    reader.unique_files = False
 
     def rows() -> Iterator[Sequence[Any]]:
         pending: dict[str, dict[str, Any]] = {}
         finished: set[str] = set()
         for shard in reader.shards():
             found = read_index(shard)
-            # Read the shard itself when it finishes a capture started in a shard before it.
-            if found is not None and (not pending or (pending.keys().isdisjoint(found.ids)
-                                                      and pending.keys().isdisjoint(found.open_ids))):
+            # Read the shard itself when it finishes a capture started in a shard before it, or repeats
+            # one a shard before it finished (a copy: the reader leaves the repeats out).
+            if found is not None and finished.isdisjoint(found.ids) and (
+                    not pending or (pending.keys().isdisjoint(found.ids)
+                                    and pending.keys().isdisjoint(found.open_ids))):
                 listed = _listed(reader, shard.name, found, pending, finished)
                 if listed is not None:
                     yield from listed
@@ -137,7 +144,7 @@ def _listed(reader: ManifestReader, name: str, found: Indexed, pending: dict[str
     return [*found.loose, *first, *found.rows, *last]
 
 
-def _table(args: argparse.Namespace, rows_in: Iterable[Sequence[Any]], damaged: list[str]) -> int:
+def _table(args: argparse.Namespace, rows_in: Iterable[Sequence[Any]], reader: ManifestReader) -> int:
     # Rows are built as records stream in and their cells interned, so a run of 100,000 captures
     # holds one small tuple per capture, not its record.
     cells: dict[str, str] = {}
@@ -172,9 +179,10 @@ def _table(args: argparse.Namespace, rows_in: Iterable[Sequence[Any]], damaged: 
         row = (run_id, steps, role, who, source, status, str(listed), shown if listed else "-", duration, why)
         append((begin, order, tuple(map(intern, row, row)), process))
     failed = "failed" in counts
-    for where in damaged:
+    for where in reader.damaged:
         print(f"profctx ls: skipped an unreadable manifest line ({escape(where)}), likely cut by a crash",
               file=sys.stderr)
+    tell_repeats("profctx ls", reader)
     # Cells come from the run folder (untrusted): escape control characters, once per distinct cell.
     unsafe = {cell: shown for cell in cells if (shown := escape(cell)) is not cell}
     if unsafe:
@@ -203,10 +211,13 @@ def _table(args: argparse.Namespace, rows_in: Iterable[Sequence[Any]], damaged: 
                 skip=first, escaped=True))
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     print(style(f"{len(rows)} captures ({summary}), {files} files, {size(total)}", "dim"))
+    hole = None if _filtered(args) else lacking(args.dir)
+    if hole:
+        print(style(hole, "yellow"))
     return FINDINGS if failed else OK
 
 
-def _json(records: Iterator[CaptureRecord], damaged: list[str]) -> int:
+def _json(records: Iterator[CaptureRecord], reader: ManifestReader) -> int:
     """Print the records as a JSON array, one shard (process) at a time, each by start time.
 
     Only the current shard's records are held (the reader holds them anyway until the shard
@@ -240,9 +251,10 @@ def _json(records: Iterator[CaptureRecord], damaged: list[str]) -> int:
         batch.append(record)
     flush()
     out.write("]\n")
-    for where in damaged:
+    for where in reader.damaged:
         print(f"profctx ls: skipped an unreadable manifest line ({escape(where)}), likely cut by a crash",
               file=sys.stderr)
+    tell_repeats("profctx ls", reader)
     return FINDINGS if failed else OK
 
 

@@ -11,6 +11,7 @@ from ..analysis import summarize_records
 from ..analysis._parallel import AUTO
 from ..analysis._report import render
 from ..manifest import drivers
+from ..records._job import hole, of_records
 from ..util._files import sweep, write_file
 from ._common import FINDINGS, OK, Progress, UsageError, add_filters, guarded, open_run, size, stream_run
 from .analyse import jobs_option, left_out_note
@@ -62,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
                                     jobs=args.jobs or AUTO)
     finally:
         bar.close()
+    # Filtered by rank or group, the records lack the others by request: nothing to say then.
+    lacking = None if args.rank or args.group else hole([m.name() for m in of_records(records)], "capture record")
+    summary.problems[:0] = [*profiled.repeats, *([lacking] if lacking else [])]
     page = render(summary, records, damaged=profiled.damaged, driver=driver)
     output = Path(args.output) if args.output else profiled.path / "report.html"
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -70,6 +74,10 @@ def run(args: argparse.Namespace) -> int:
     failed = sum(1 for r in records if r.status == "failed")
     print(f"wrote {output} ({size(output.stat().st_size)}): {len(records)} captures"
           + (f", {failed} failed" if failed else ""))
+    for line in profiled.repeats:
+        print(line, file=sys.stderr)
+    if lacking:
+        print(lacking)
     note = left_out_note(args.dir, records[0].run if records else None) if latest else None
     if note:
         print(note)

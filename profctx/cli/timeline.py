@@ -23,7 +23,8 @@ from ..analysis._timeline import (
     rows,
     to_json,
 )
-from ._common import FINDINGS, OK, Style, UsageError, guarded, table
+from ..records._job import Member, hole, missing
+from ._common import FINDINGS, OK, Style, UsageError, guarded, shard_members, table
 from .analyse import seconds
 
 #: Roles shown as columns at most; the others are summed in one column.
@@ -100,12 +101,23 @@ def run(args: argparse.Namespace) -> int:
     if args.steps is not None:
         a, b = args.steps
         found = [r for r in found if (a is None or r.step >= a) and (b is None or r.step <= b)]
+    # Every process writes a timeline, selected or not: each rank of W is expected, of the processes
+    # whose timelines are here and of those whose capture shards are (collected from other hosts).
+    shown_run = timelines.processes[0].run
+    lacks = [m.name("timeline") for m in missing(
+        (Member(p.run, p.group, p.rank, p.world_size) for p in timelines.processes if p.run == shown_run),
+        others=shard_members(folder, shown_run))]
     if args.json:
-        json.dump(to_json(timelines, found, rules), sys.stdout, indent=1)
+        document = to_json(timelines, found, rules)
+        document["missing"] = lacks
+        json.dump(document, sys.stdout, indent=1)
         sys.stdout.write("\n")
         return OK
     print(render(timelines.processes[0].run, [p.name for p in timelines.processes], found, args.rows,
                  Style(sys.stdout), dropped=sum(p.dropped for p in timelines.processes)))
+    line = hole(lacks, "timeline")
+    if line:
+        print(line)
     for problem in timelines.damaged[:10]:
         print(f"unreadable: {problem}", file=sys.stderr)
     if len(timelines.damaged) > 10:

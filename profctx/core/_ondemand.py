@@ -1,8 +1,12 @@
 """Captures nobody planned: the request a live run accepts, and the pure decisions about it.
 
 A request (written by ``profctx trigger``, or made by the run itself after an anomalous step)
-names an absolute first step and a count: every process that accepts it captures exactly the
-steps ``[first, first + count)``, or none of them. The rules here take no clock, read no file
+names a count and either an absolute first step or none. Without one it is relative: the run's
+deciding process (the only process, the Ray driver, or rank 0 of a job without Ray) names the
+first step from its own progress, the step after the one it enters next, and tells the other
+ranks through an agreed request at a step boundary they cross (nothing compares the CLI's clock
+with the run's). Every process that accepts a request captures exactly the steps
+``[first, first + count)``, or none of them. The rules here take no clock, read no file
 and hold no state, so Hypothesis tests them (``tests/test_ondemand.py``); the process side
 (``profctx.process._ondemand``) reads the files and the clock and executes them.
 """
@@ -22,15 +26,11 @@ REQUEST_VERSION: Final = 1
 MAX_REQUEST_BYTES: Final = 16 * 1024
 #: Most steps one request may ask for (a request that asks for more is refused by the CLI and the run).
 MAX_REQUEST_STEPS: Final = 100
-#: A request's first step lies at least this many seconds and this many steps ahead of the fastest
-#: process's current step (see :func:`first_step`).
-AHEAD_S: Final = 2.0
-AHEAD_STEPS: Final = 2
 #: Default cap of on-demand captures (accepted requests) per process and configuration.
 DEFAULT_MAX_CAPTURES: Final = 10
 
 Origin = Literal["trigger", "anomaly"]
-Outcome = Literal["schedule", "passed", "cap", "known"]
+Outcome = Literal["schedule", "passed", "cap", "known", "overlap"]
 At = Literal["wait", "start", "within", "passed", "done"]
 
 
@@ -59,7 +59,7 @@ class Request:
     """
 
     id: str
-    first: int
+    first: int | None = None
     count: int = 1
     mode: Literal["step", "role"] | None = None
     roles: tuple[str, ...] | None = None
@@ -72,12 +72,16 @@ class Request:
     host: str | None = None
     pid: int | None = None
     time: float | None = None
+    #: The run the request is for (``None``: any run writing to the folder).
+    run: str | None = None
 
     def __post_init__(self) -> None:
         if not _name(self.id):
             raise RequestError(f"id: {self.id!r}; letters, digits, '.', '_' or '-' (1-64 characters)")
-        if type(self.first) is not int or self.first < 0:
-            raise RequestError(f"first: {self.first!r}; an integer >= 0")
+        if self.first is not None and (type(self.first) is not int or self.first < 0):
+            raise RequestError(f"first: {self.first!r}; an integer >= 0, or null (the run names it)")
+        if self.run is not None and not _name(self.run):
+            raise RequestError(f"run: {self.run!r}; a run id")
         if not _count(self.count):
             raise RequestError(f"count: {self.count!r}; an integer from 1 to {MAX_REQUEST_STEPS}")
         if self.mode not in (None, "step", "role"):
@@ -105,8 +109,12 @@ class Request:
 
     @property
     def steps(self) -> range:
-        """The steps the request captures."""
-        return range(self.first, self.first + self.count)
+        """The steps the request captures (none while it is relative: no first step named yet)."""
+        return range(0) if self.first is None else range(self.first, self.first + self.count)
+
+    def at(self, first: int) -> Request:
+        """Return this request with its first step named."""
+        return Request(**{**{name: getattr(self, name) for name in self.__dataclass_fields__}, "first": first})
 
     def selects(self, group: str | None, rank: int, configured: bool) -> bool:
         """Whether the process of ``rank`` in ``group`` captures; ``configured``: the config's own answer.
@@ -122,7 +130,10 @@ class Request:
 
     def describe(self) -> str:
         """Return one line for listings: ``on demand: request 3f2a… by alice, steps 120-121``."""
-        steps = str(self.first) if self.count == 1 else f"{self.first}-{self.first + self.count - 1}"
+        if self.first is None:
+            steps = f"the {self.count} step(s) after the run's next step"
+        else:
+            steps = str(self.first) if self.count == 1 else f"{self.first}-{self.first + self.count - 1}"
         if self.origin == "anomaly":
             return f"auto capture: {self.reason or 'an anomalous step'}"
         who = f" by {self.user}" if self.user else (f" by uid {self.uid}" if self.uid is not None else "")
@@ -135,6 +146,7 @@ class Request:
             "mode": self.mode, "roles": None if self.roles is None else list(self.roles), "group": self.group,
             "ranks": None if self.ranks is None else list(self.ranks), "origin": self.origin, "reason": self.reason,
             "user": self.user, "uid": self.uid, "host": self.host, "pid": self.pid, "time": self.time,
+            "run": self.run,
         }
 
 
@@ -160,70 +172,50 @@ def parse(data: object) -> Request:
             if not isinstance(value, list):
                 raise RequestError(f"{key}: {value!r}; a list or null")
             fields[key] = tuple(value)
-    if "id" not in fields or "first" not in fields:
-        raise RequestError("the keys 'id' and 'first' are required")
+    if "id" not in fields:
+        raise RequestError("the key 'id' is required")
     try:
         return Request(**fields)
     except TypeError as exc:  # a key given twice cannot happen in JSON; guards the constructor's signature
         raise RequestError(str(exc)) from None
 
 
-@final
-@dataclass(frozen=True)
-class Progress:
-    """A live process's progress as it published it: the step it is in, its seconds per step, and when."""
-
-    step: int
-    period: float | None
-    time: float
-
-
-def first_step(progress: Iterable[Progress], now: float, *, ahead_s: float = AHEAD_S,
-               ahead_steps: int = AHEAD_STEPS) -> int | None:
-    """Return the first step a request written at ``now`` should name; ``None`` when no process is known.
-
-    Each process's current step is projected to ``now`` from what it published (its step plus
-    the seconds since, over its seconds per step); the first step is the furthest projected
-    step plus a margin of ``ahead_steps`` steps, or of ``ahead_s`` seconds at the fastest
-    process's pace when that is more. So the slowest process to notice the request (it looks
-    every half second) still finds the first step ahead of it, and all capture the same steps.
-    """
-    top: int | None = None
-    fastest: float | None = None
-    for p in progress:
-        projected = p.step
-        if p.period is not None and p.period > 0 and math.isfinite(p.period):
-            elapsed = max(0.0, now - p.time)
-            projected = p.step + min(int(elapsed / p.period), 10**9)
-            fastest = p.period if fastest is None else min(fastest, p.period)
-        top = projected if top is None else max(top, projected)
-    if top is None:
-        return None
-    margin = ahead_steps
-    if fastest is not None:
-        margin = max(margin, min(math.ceil(ahead_s / fastest), 10**6))
-    return top + margin
-
-
-def admit(request: Request, last_step: int | None, accepted: int, cap: int, known: bool) -> Outcome:
-    """Return what a process does with a request it has just read.
+def admit(request: Request, last_step: int | None, accepted: int, cap: int, known: bool,
+          scheduled: Iterable[Request] = ()) -> Outcome:
+    """Return what a process does with a request (its first step named) it has just read.
 
     ``known``: it accepted or refused this request's id already (a request file stays until it is
     removed); ``passed``: the process already entered the first step (it records the request as
-    skipped rather than capture different steps than the others); ``cap``: ``accepted``
-    requests reached the ``cap``.
+    skipped rather than capture different steps than the others); ``overlap``: a request from
+    ``profctx trigger`` whose steps overlap those of one in ``scheduled`` (still to capture) is
+    refused, never merged: each request's captures stay exactly the steps it was told; ``cap``:
+    ``accepted`` requests reached the ``cap``.
     """
     if known:
         return "known"
-    if last_step is not None and request.first <= last_step:
+    if request.first is not None and last_step is not None and request.first <= last_step:
         return "passed"
+    if request.origin == "trigger" and overlapping(request, scheduled) is not None:
+        return "overlap"
     if accepted >= cap:
         return "cap"
     return "schedule"
 
 
+def overlapping(request: Request, scheduled: Iterable[Request]) -> Request | None:
+    """Return the first of ``scheduled`` (requests from ``profctx trigger``) whose steps overlap ``request``'s."""
+    steps = request.steps
+    for other in scheduled:
+        if other.origin == "trigger" and other.id != request.id and other.first is not None and steps and (
+                other.first < steps.stop and steps.start < other.first + other.count):
+            return other
+    return None
+
+
 def at_step(step: int, request: Request, started: bool) -> At:
     """Return what entering ``step`` means for a scheduled request (started: its first step was entered)."""
+    if request.first is None:
+        return "wait"
     first, end = request.first, request.first + request.count
     if not started:
         if step < first:

@@ -10,6 +10,18 @@ policy (:meth:`OnDemand.boundary`). Decisions come from :mod:`profctx.core._onde
 
 Only a process outside every worker group looks (the Ray driver, or each rank of a job without
 Ray); a worker group member follows the requests its driver sends with each step entry.
+
+Who names the steps: a relative request (``profctx trigger``) and an anomaly are decided by one
+process, the *decider*: the only process, the Ray driver, or rank 0 of a job without Ray. It
+names the first step at a step entry, from its own progress: the step after the one it enters.
+In a job of several ranks without Ray it then writes the request, first step named, as the
+*agreed* request ``{run}.agreed.{n}.json`` before its step goes on, and every other rank looks
+for the next agreed name (one ``os.access``) at each step entry, before the window is looked at.
+A rank enters the step after that one only once the decider's step went through the collectives
+they share, so it reads the request in time whatever the load: the capture lands on the step
+named, within 2 steps of an anomaly, on every rank. Ranks with no collective between them (plain
+processes) may run ahead of the decider: a rank that entered the step already records the
+request ``skipped``.
 """
 
 from __future__ import annotations
@@ -30,13 +42,12 @@ from typing import Any, Final, Protocol
 from ..core._layout import MANIFEST_DIR, capture_folder, safe
 from ..core._ondemand import (
     MAX_REQUEST_BYTES,
-    Progress,
     Request,
     RequestError,
     admit,
     anomaly,
     at_step,
-    first_step,
+    overlapping,
     parse,
     reason,
 )
@@ -83,6 +94,8 @@ LIVE: Final = "live"
 LIVE_VERSION: Final = 1
 #: Request files looked at per poll, at most (a flood of files costs bounded time per poll).
 MAX_FILES_PER_POLL: Final = 256
+#: Requests whose state a progress file publishes (the latest ones).
+MAX_STATUS: Final = 16
 
 _NAME: Final = re.compile(r"[A-Za-z0-9._-]{1,100}\.json")
 
@@ -100,6 +113,11 @@ class Scheduled:
 def live_name(run_id: str, host: str, pid: int) -> str:
     """Return the name of a process's progress file."""
     return f"{safe(run_id)}.{safe(host)}.{pid}.json"
+
+
+def agreed_name(run_id: str, number: int) -> str:
+    """Return the name of the ``number``-th agreed request of a run (1, 2, ...; see the module's docstring)."""
+    return f"{safe(run_id)}.agreed.{number}.json"
 
 
 class OnDemand:
@@ -143,8 +161,15 @@ class OnDemand:
         self.unfinished: set[Any] = set()
         #: Anomaly captures this process decided (each also an accepted request, here or, for rank 0, everywhere).
         self.decided = 0
-        #: An anomaly request waiting for the poll thread to name its first step and publish it.
-        self.outbox: deque[Request] = deque()
+        #: Relative requests read by the poll thread, for the training thread to name their first step.
+        self.relative: deque[Request] = deque()
+        #: The number of the next agreed request to look for (a rank that follows) or to write (the decider).
+        self.next_agreed = 1
+        #: The state of the latest requests, by id, as the progress file publishes it (``profctx trigger`` reads it).
+        self.status: dict[str, dict[str, Any]] = {}
+        self._dirty = False
+        self._placed: tuple[Any, bool, bool] | None = None
+        self._agreed_path: tuple[tuple[str, int], str] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -156,8 +181,29 @@ class OnDemand:
 
     def _shared_auto(self) -> bool:
         """Whether anomaly captures reach this process as requests (several ranks, no Ray driver)."""
+        return self.auto is not None and self.place()[0]
+
+    def place(self) -> tuple[bool, bool]:
+        """Return (shared, decider): several ranks without a Ray driver share requests; this one names steps."""
         identity = self.rt.identity()
-        return self.auto is not None and identity.world_size > 1 and self.rt.owner.driver is None
+        placed = self._placed
+        if placed is not None and placed[0] is identity:
+            return placed[1], placed[2]
+        shared = identity.group is None and identity.world_size > 1 and self.rt.owner.driver is None
+        decider = identity.group is None and (not shared or identity.rank == 0)
+        self._placed = (identity, shared, decider)
+        return shared, decider
+
+    def _state(self, request: Request, **state: Any) -> None:
+        """Note the state of a request from ``profctx trigger`` for the progress file."""
+        if request.origin != "trigger":
+            return
+        status = self.status
+        status.pop(request.id, None)
+        status[request.id] = state
+        while len(status) > MAX_STATUS:
+            del status[next(iter(status))]
+        self._dirty = True
 
     def start(self) -> None:
         """Start the poll thread when this process looks at requests (never raises)."""
@@ -171,8 +217,15 @@ class OnDemand:
             warn_once("ondemand-start", "profctx: on-demand capture is off in this process: %s", exc)
 
     def stop(self, timeout: float = 2.0) -> None:
-        """End the poll thread and remove this process's progress file (``reset()``, exit)."""
+        """End the poll thread and remove this process's progress file (``reset()``, exit).
+
+        A request whose steps the run did not reach is recorded ``skipped`` and said in a warning.
+        """
         self._stop.set()
+        try:
+            self._expire()
+        except Exception as exc:  # noqa: BLE001 - exit goes on
+            warn_once("ondemand-expire", "profctx: could not record the requests left: %s", exc)
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
@@ -194,15 +247,54 @@ class OnDemand:
             if self._stop.wait(POLL_S):
                 return
 
+    def _expire(self) -> None:
+        """Record each request whose steps this process did not reach as ``skipped``, with a warning."""
+        last = self.rt.owner.last_step
+        with self.lock:
+            left = [s.request for s in self.scheduled]
+            self.scheduled.clear()
+            pending = list(self.relative)
+            self.relative.clear()
+        for request in left:
+            unreached = [s for s in request.steps if last is None or s > last]
+            if not unreached:
+                continue
+            steps = f"{unreached[0]}" if len(unreached) == 1 else f"{unreached[0]}-{unreached[-1]}"
+            why = (f"the run ended at step {last} before step {steps} of request {request.id}: "
+                   f"{'none' if len(unreached) == request.count else 'not all'} of its steps captured")
+            logger.warning("profctx: %s (%s)", why, request.describe())
+            self._skip(request, why, steps=tuple(unreached))
+        for request in pending:
+            why = f"the run ended before it entered another step: request {request.id} never got its steps"
+            logger.warning("profctx: %s", why)
+            self._skip(request, why)
+
     def poll(self) -> None:
-        """Publish progress, send an anomaly request out, read new requests (one pass of the poll thread)."""
+        """Publish progress and read new requests (one pass of the poll thread)."""
         now = time.time()
         self._publish(now)
-        while self.outbox:
-            self._send(self.outbox.popleft(), now)
         if self.on_demand or self._shared_auto():
             for request in self._read():
-                self.admit(request)
+                if request.first is None:
+                    self._relative(request)
+                else:
+                    self.admit(request)
+
+    def _relative(self, request: Request) -> None:
+        """Keep a relative request for the training thread to name its steps (the decider), or leave it (a follower)."""
+        if not self.on_demand:
+            self.admit(request)  # refused, with its warning
+            return
+        if request.run is not None and request.run != self.rt.run_id:
+            logger.debug("profctx: request %s is for run %s, not this one", request.id, request.run)
+            return
+        if not self.place()[1]:
+            return  # rank 0 names its steps; its agreed request reaches this rank at a step entry
+        with self.lock:
+            if request.id in self.known or any(r.id == request.id for r in self.relative):
+                return
+            self.relative.append(request)
+            self._state(request, state="pending", count=request.count)
 
     def period(self) -> float | None:
         """Return this process's seconds per step: its fastest pace between two of its last looks.
@@ -222,25 +314,26 @@ class OnDemand:
                 self._samples.clear()  # the loop started again from a lower step
             self._samples.append((step, mono))
         last, when = self._published
-        if step == last and now - when < HEARTBEAT_S:
+        if step == last and now - when < HEARTBEAT_S and not self._dirty:
             return
         identity = self.rt.identity()
+        self._dirty = False
+        with self.lock:
+            status = dict(self.status)
         data = {
             "profctx_live": LIVE_VERSION, "run": self.rt.run_id, "host": identity.host, "pid": identity.pid,
             "uid": os.getuid(), "rank": identity.rank, "world_size": identity.world_size, "group": identity.group,
             "step": step, "period": self.period(), "time": now, "on_demand": self.on_demand,
+            "decides": self.place()[1], "left": max(0, self.cap - self.accepted["trigger"]), "requests": status,
         }
         folder = make_folders(self.rt.save_path, f"{MANIFEST_DIR}/{LIVE}")
         path = folder / live_name(self.rt.run_id, identity.host, identity.pid)
         write_file(path, json.dumps(data).encode())
+        if self._live_path is not None and self._live_path != path:  # the run id changed (a launcher found late)
+            with contextlib.suppress(OSError):
+                self._live_path.unlink()
         self._live_path = path
         self._published = (step, now)
-
-    def _send(self, request: Request, now: float) -> None:
-        """Name the first step of an anomaly request from every live process's progress, and write it."""
-        progress = list(read_progress(self.rt.save_path, now, run=self.rt.run_id))
-        first = first_step(progress, now) or request.first
-        write_request(self.rt.save_path, Request(**{**_fields(request), "first": max(first, request.first)}))
 
     def _read(self) -> Iterable[Request]:
         """Yield the new, valid requests in the requests folder; warn once about each file refused."""
@@ -254,7 +347,9 @@ class OnDemand:
                       "not a folder (a link?)" if not stat.S_ISDIR(info.st_mode)
                       else f"owned by uid {info.st_uid}, not this process's user")
             return
-        names = sorted(n for n in os.listdir(folder) if n not in self.seen and not n.startswith("."))
+        # Agreed requests are read at step entries (see the module's docstring), not here.
+        names = sorted(n for n in os.listdir(folder) if n not in self.seen and not n.startswith(".")
+                       and ".agreed." not in n)
         for name in names[:MAX_FILES_PER_POLL]:
             self.seen.add(name)
             try:
@@ -264,7 +359,12 @@ class OnDemand:
                 continue
             if request is None:
                 continue
-            if request.time is not None and request.time < self.started_at:
+            if request.run is not None and request.run != self.rt.run_id:
+                continue  # another run's (a folder two runs write to, or a restart)
+            # A restart with the same save_path and run id: on this host, one clock tells the earlier run's
+            # requests apart (another host's clock is never compared with this one's).
+            if request.run is None and request.time is not None and request.time < self.started_at \
+                    and request.host in (None, self.rt.identity().host):
                 logger.debug("profctx: request %s was written before this process started: not for it", request.id)
                 continue
             yield request
@@ -274,11 +374,12 @@ class OnDemand:
 
     # -- admission (poll thread, or a worker told by its driver) ---------------------------------
 
-    def admit(self, request: Request, *, follow: bool = False) -> str:
+    def admit(self, request: Request, *, follow: bool = False, entering: int | None = None) -> str:
         """Decide what to do with ``request`` and do it; return the outcome (see :func:`admit`).
 
         ``follow``: the driver sent it with a step entry (a worker group member): the driver
-        counted it against the cap already.
+        counted it against the cap already. ``entering``: the step this process is entering now
+        (read at a step entry: that step has not begun).
         """
         with self.lock:
             if request.origin == "trigger" and not self.on_demand and not follow:
@@ -288,35 +389,52 @@ class OnDemand:
                               "without on_demand=True", request.id)
                 return "known"
             cap = self.cap if request.origin == "trigger" else (self.auto.max_captures if self.auto else 0)
-            outcome = admit(request, None if follow else self.rt.owner.last_step, 0 if follow else
-                            self.accepted[request.origin], cap, request.id in self.known)
+            last = (entering - 1) if entering is not None else self.rt.owner.last_step
+            known = request.id in self.known
+            outcome = admit(request, None if follow else last, 0 if follow else self.accepted[request.origin], cap,
+                            known, [s.request for s in self.scheduled])
             if outcome == "known":
                 return outcome
             self.known.add(request.id)
             if outcome == "passed":
-                self._skip(request, f"this process was at step {self.rt.owner.last_step} when it read request "
-                                    f"{request.id} (first step {request.first}): it captures none of them, so that "
-                                    "no process captures other steps than the others")
+                why = (f"this process was at step {last} when it read request {request.id} (first step "
+                       f"{request.first}): it captures none of them, so that no process captures other steps "
+                       "than the others")
+                self._skip(request, why)
+                self._state(request, state="refused", why=why)
+                return outcome
+            if outcome == "overlap":
+                other = overlapping(request, [s.request for s in self.scheduled])
+                assert other is not None
+                why = (f"refused: its steps {_span(request)} overlap steps {_span(other)} of request {other.id}, "
+                       "still to capture (overlapping requests are refused, not merged)")
+                logger.warning("profctx: %s: %s", request.describe(), why)
+                self._skip(request, why)
+                self._state(request, state="refused", why=why)
                 return outcome
             if outcome == "cap":
                 what = "on_demand_max_captures" if request.origin == "trigger" else "auto_capture.max_captures"
                 warn_once(f"ondemand-cap:{request.origin}", "profctx: refused request %s: %s=%d reached in this "
                           "process", request.id, what, cap)
-                self._skip(request, f"refused: {what}={cap} requests were accepted already in this process")
+                why = f"refused: {what}={cap} requests were accepted already in this process"
+                self._skip(request, why)
+                self._state(request, state="refused", why=why)
                 return outcome
             try:
                 self._schedule(request)
             except Exception as exc:  # noqa: BLE001 - a window too large: recorded, never raised
                 self._skip(request, f"could not add its steps to the window: {exc}")
+                self._state(request, state="refused", why=f"could not add its steps to the window: {exc}")
                 return "cap"
             self.accepted[request.origin] += 1
-            logger.info("profctx: %s: capturing steps %d-%d", request.describe(), request.first,
-                        request.first + request.count - 1)
+            steps = request.steps
+            self._state(request, state="scheduled", first=steps.start, last=steps.stop - 1)
+            logger.info("profctx: %s: capturing steps %d-%d", request.describe(), steps.start, steps.stop - 1)
             return outcome
 
     def _schedule(self, request: Request) -> None:
         self.scheduled.append(Scheduled(request))
-        self.scheduled.sort(key=lambda s: s.request.first)
+        self.scheduled.sort(key=lambda s: s.request.steps.start)
         self.requests[request.id] = request
         self._rewindow()
 
@@ -327,10 +445,10 @@ class OnDemand:
             steps.update(s.request.steps)
         self.rt.rewindow(steps)
 
-    def _skip(self, request: Request, why: str) -> None:
+    def _skip(self, request: Request, why: str, steps: tuple[int, ...] | None = None) -> None:
         """Record ``request`` as skipped in this process, with why (its steps are not annotated as its captures)."""
         kind = request.mode or self.rt.config.mode
-        steps = tuple(request.steps)
+        steps = tuple(request.steps) if steps is None else steps
         self.rt.record(capture_record(
             "finished", capture=os.urandom(6).hex(), kind=kind, steps=steps, roles=None, backend=self.rt.tool,
             folder=capture_folder(steps, ()).as_posix(), status="skipped", time=time.time(), reason=why,
@@ -354,12 +472,15 @@ class OnDemand:
                     self.scheduled.remove(s)
                     self.requests.pop(s.request.id, None)
                     changed = True
-                    self._skip(s.request, f"this process entered step {step} before the request's first step "
-                                          f"{s.request.first} began here: none of its steps captured")
+                    why = (f"this process entered step {step} before the request's first step "
+                           f"{s.request.first} began here: none of its steps captured")
+                    self._skip(s.request, why)
+                    self._state(s.request, state="refused", why=why)
                     continue
                 elif what == "done":
                     self.scheduled.remove(s)
                     changed = True
+                    self._state(s.request, state="done", first=s.request.steps.start, last=s.request.steps.stop - 1)
                     continue
                 if what in ("start", "within") and chosen is None:
                     chosen = s
@@ -410,6 +531,77 @@ class OnDemand:
     # -- capture on anomaly (the training thread, at each step entry) ------------------------------
 
     def step_entered(self, step: int) -> None:
+        """Tell the requests and the anomaly watch that ``step`` begins (training thread, before the window is read).
+
+        A rank that follows another's decisions looks for the next agreed request; the decider
+        names the steps of the relative requests it read; then the step that ended is judged.
+        """
+        if self.on_demand or self.auto is not None:
+            if self.scheduled:
+                self._retire(step)
+            shared, decider = self.place()
+            if shared and not decider:
+                self._look_agreed(step)
+            if self.relative and decider:
+                self._resolve(step, shared)
+        if self.auto is not None:
+            self._judge(step)
+
+    def _retire(self, step: int) -> None:
+        """Mark the requests whose last step ended before ``step`` as done (out of the window, no boundary says so)."""
+        with self.lock:
+            done = [s for s in self.scheduled if s.started and s.request.steps.stop <= step]
+            if not done:
+                return
+            for s in done:
+                self.scheduled.remove(s)
+                self._state(s.request, state="done", first=s.request.steps.start, last=s.request.steps.stop - 1)
+            self._rewindow()
+
+    def _look_agreed(self, step: int) -> None:
+        """Read the agreed requests the decider wrote since this rank last looked (one ``os.access`` when none)."""
+        while True:
+            key = (self.rt.run_id, self.next_agreed)
+            cached = self._agreed_path
+            if cached is None or cached[0] != key:  # one path built per agreed request, not per step
+                cached = self._agreed_path = (key, os.fspath(self.root / REQUESTS / agreed_name(*key)))
+            if not os.access(cached[1], os.F_OK):
+                return
+            folder = self.root / REQUESTS
+            name = agreed_name(*key)
+            self.next_agreed += 1
+            try:
+                request = read_request(folder / name, folder)
+            except (OSError, RequestError) as exc:
+                self._refused_file(name, str(exc))
+                continue
+            if request is not None and request.first is not None:
+                self.admit(request, entering=step)
+
+    def _resolve(self, step: int, shared: bool) -> None:
+        """Name the first step of each relative request read (the step after ``step``); tell the other ranks."""
+        while self.relative:
+            with self.lock:
+                if not self.relative:
+                    return
+                request = self.relative[0].at(step + 1)
+                self.relative.popleft()
+            self._agree(request, step, shared)
+
+    def _agree(self, request: Request, step: int, shared: bool) -> None:
+        """Admit ``request`` here; shared by several ranks and scheduled, write it as the next agreed request."""
+        outcome = self.admit(request, entering=step, follow=request.origin == "anomaly")
+        if outcome != "schedule" or not shared:
+            return
+        try:
+            number = self.next_agreed
+            self.next_agreed += 1
+            folder = make_folders(self.rt.save_path, f"{MANIFEST_DIR}/{REQUESTS}")
+            write_file(folder / agreed_name(self.rt.run_id, number), json.dumps(request.to_dict()).encode())
+        except Exception as exc:  # noqa: BLE001 - the other ranks record nothing of it; this one captures
+            warn_once("agreed-write", "profctx: could not tell the other ranks request %s: %s", request.id, exc)
+
+    def _judge(self, step: int) -> None:
         """Judge the step that ended as ``step`` began; ask for a capture of ``step`` if it was anomalous.
 
         A step's time runs from its step block's entry to the next step block's entry. Steps during
@@ -448,11 +640,13 @@ class OnDemand:
         request = Request(id=f"auto-{os.urandom(6).hex()}", first=step, count=1, origin="anomaly", reason=why,
                           uid=os.getuid(), host=identity.host, pid=identity.pid, time=time.time())
         self._entered = (step, now, True)
-        if self._shared_auto():
-            # Several ranks, no driver: rank 0 decides for all, and its poll thread writes the request with a
-            # first step far enough ahead that every rank reads it in time (all capture the same step).
-            if identity.rank == 0:
-                self.outbox.append(Request(**{**_fields(request), "first": step + 1}))
+        shared, decider = self.place()
+        if shared:
+            # Several ranks, no driver: rank 0 decides for all and names the step after this one, which
+            # every other rank enters only after reading the agreed request (see the module's docstring).
+            if decider:
+                logger.warning("profctx: %s: capturing step %d on every rank", why, step + 1)
+                self._agree(request.at(step + 1), step, True)
             return
         logger.warning("profctx: %s: capturing step %d", why, step)
         self.admit(request, follow=True)
@@ -537,8 +731,9 @@ class RoleWatched(Timeline):
         super().hand_over(now)
 
 
-def _fields(request: Request) -> dict[str, Any]:
-    return {name: getattr(request, name) for name in request.__dataclass_fields__}
+def _span(request: Request) -> str:
+    steps = request.steps
+    return f"{steps.start}" if len(steps) == 1 else f"{steps.start}-{steps.stop - 1}"
 
 
 def _trigger(request: Request) -> dict[str, Any]:
@@ -585,23 +780,12 @@ def write_request(save_path: Path, request: Request) -> Path:
     return path
 
 
-def read_progress(save_path: Path, now: float, *, run: str | None = None,
-                  stale_s: float = STALE_S) -> Iterable[Progress]:
-    """Yield the progress of each live process of ``save_path`` (of ``run`` when given) that has a step.
-
-    Live: its file was updated within ``stale_s`` seconds, belongs to this user, and (on this
-    host) its pid exists. Files that are not valid progress are skipped.
-    """
-    for data in live_processes(save_path, now, stale_s=stale_s):
-        if run is not None and data.get("run") != run:
-            continue
-        step, period, when = data.get("step"), data.get("period"), data.get("time")
-        if type(step) is int and step >= 0 and isinstance(when, (int, float)):
-            yield Progress(step, float(period) if isinstance(period, (int, float)) else None, float(when))
-
-
 def live_processes(save_path: Path, now: float, *, stale_s: float = STALE_S) -> list[dict[str, Any]]:
-    """Return the progress files of the live processes writing to ``save_path`` (see :func:`read_progress`)."""
+    """Return the progress files of the live processes writing to ``save_path``.
+
+    On this host: the file's pid is alive. On another: the file was updated within ``stale_s``
+    seconds by this host's clock (``math.inf``: every file; the caller judges).
+    """
     from ..util._identity import hostname
 
     folder = Path(save_path) / MANIFEST_DIR / LIVE
@@ -624,9 +808,13 @@ def live_processes(save_path: Path, now: float, *, stale_s: float = STALE_S) -> 
         if not isinstance(data, dict) or data.get("profctx_live") != LIVE_VERSION:
             continue
         when, pid = data.get("time"), data.get("pid")
-        if not isinstance(when, (int, float)) or now - when > stale_s or type(pid) is not int:
+        if not isinstance(when, (int, float)) or type(pid) is not int:
             continue
-        if data.get("host") == host and not _alive(pid):
+        if data.get("host") == host:
+            # On this host the pid tells (a process removes its file at exit; one killed leaves it, its pid gone).
+            if not _alive(pid):
+                continue
+        elif now - when > stale_s:  # another host's clock: see profctx.cli.trigger.live
             continue
         found.append(data)
     return found

@@ -56,15 +56,6 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + os.urandom(3).hex()
 
 
-def default_run_id() -> str:
-    """Return the run id of a config that names none: the launcher's shared id, else a fresh one."""
-    found = launcher_run_id()
-    if found is None:
-        return new_run_id()
-    logger.debug("profctx: run id %s, from %s's environment", found[0], found[1])
-    return found[0]
-
-
 class Opened:
     """What one block opened on entry, so its exit undoes exactly that."""
 
@@ -243,7 +234,12 @@ class Runtime:
         self.save_path = Path(config.save_path).expanduser().absolute()
         with contextlib.suppress(OSError):  # marks a configured save_path: `profctx ls` says "no capture yet"
             (self.save_path / MANIFEST_DIR).mkdir(parents=True, exist_ok=True)
-        self.run_id = config.run_id or os.environ.get("PROFCTX_RUN_ID") or default_run_id()
+        named = config.run_id or os.environ.get("PROFCTX_RUN_ID")
+        launched = None if named else launcher_run_id()
+        self.run_id = named or (launched[0] if launched else new_run_id())
+        #: The run id is a fresh one, no launcher's: a launcher that shows itself later (Lightning's, once
+        #: ``fit()`` started the other ranks) replaces it when the rank is detected (:meth:`identity`).
+        self._fresh_id = not named and launched is None
         #: The open contiguous capture (``contiguous=True``), if any.
         self.run: Capture | None = None
         self.errors: list[str] = []
@@ -284,8 +280,8 @@ class Runtime:
             from ._ondemand import OnDemand  # json and a thread: only for runs that use them
 
             self.ondemand = OnDemand(self)
-            if config.auto_capture is not None:
-                self.watch = self.ondemand.step_entered
+            # Every step entry: the anomaly watch, and the step boundary where requests get their steps.
+            self.watch = self.ondemand.step_entered
             self.ondemand.start()
         #: Every step's wall time and its top-level roles' (``_timeline``), written unless ``timeline=False``.
         self.timeline: Timeline | None = (Timeline(self, write=config.timeline, totals=config.summary_at_exit)
@@ -333,6 +329,13 @@ class Runtime:
         identity = resolve(self.config.rank, self.config.world_size, self.config.group)
         if identity.source != "default":
             self._identity = identity
+            if self._fresh_id:
+                self._fresh_id = False
+                found = launcher_run_id()
+                if found is not None:
+                    logger.debug("profctx: run id %s, from %s's environment (was %s)", found[0], found[1],
+                                 self.run_id)
+                    self.run_id = found[0]
         else:
             self._fallback = identity
         return identity
@@ -669,6 +672,14 @@ class Runtime:
             notes=[self.tool_note] if self.tool_note else [],
         )
 
+    def _selection(self, identity: Identity) -> tuple[int, ...] | str:
+        """Return the ranks of this process's group (or of processes in none) the configuration profiles."""
+        config = self.config
+        if identity.group is not None and config.groups:
+            chosen = config.groups.get(identity.group)
+            return () if chosen is None else chosen.ranks
+        return config.ranks if identity.group is not None or config.profile_driver else ()
+
     def record(self, record: Record | dict[str, Any]) -> None:
         """Append ``record`` to this process's manifest shard and tell listeners."""
         identity = self.identity()
@@ -678,7 +689,8 @@ class Runtime:
         manifest = self._manifest
         if manifest is None or manifest.identity != identity:
             # No lock: the writer thread records too, and two writers of one shard only append.
-            manifest = self._manifest = ManifestWriter(self.save_path, self.run_id, identity)
+            manifest = self._manifest = ManifestWriter(self.save_path, self.run_id, identity,
+                                                       self._selection(identity))
         full = manifest.envelope(record)
         manifest.write(full)
         for listener in list(self.listeners):

@@ -166,10 +166,14 @@ class ManifestWriter:
     seconds). If the shard or its folder is deleted, the next write recreates them (warned once).
     """
 
-    def __init__(self, save_path: Path, run_id: str, identity: Identity) -> None:
+    def __init__(self, save_path: Path, run_id: str, identity: Identity,
+                 selected: tuple[int, ...] | str | None = None) -> None:
         self.save_path = save_path
         self.run_id = run_id
         self.identity = identity
+        #: The ranks this process's configuration profiles (``"all"``), written in each record: readers
+        #: tell a rank that was not selected from one whose records are missing.
+        self.selected = list(selected) if isinstance(selected, tuple) else selected
         name = f"{safe(run_id)}.{identity.tag}.{safe(identity.host)}.{identity.pid}{SUFFIX}"
         self.path = save_path / MANIFEST_DIR / name
         self._lock = threading.Lock()
@@ -196,6 +200,8 @@ class ManifestWriter:
         }
         if self.identity.group is not None:
             full["group"] = self.identity.group
+        if self.selected is not None:
+            full["selected"] = self.selected
         full.update(record)
         return full  # type: ignore[return-value]
 

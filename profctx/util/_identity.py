@@ -104,6 +104,15 @@ def launcher_run_id(environ: Mapping[str, str] | None = None) -> tuple[str, str]
        and DeepSpeed's launcher (``CROSS_RANK``/``LOCAL_SIZE``), which name no launch: the
        launcher process this process was started by (host, parent pid and its start time),
        so one launch on one node is one run.
+    5. Lightning's script launcher (``Trainer(strategy="ddp")`` started as ``python train.py``):
+       the script is local rank 0 and starts itself again for local ranks 1.. with
+       ``MASTER_ADDR``, ``MASTER_PORT``, ``NODE_RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` set and no
+       ``RANK``; it sets them in its own environment first. So the launch is local rank 0's
+       process: this process for ``LOCAL_RANK=0``, its parent for the others (host, pid and start
+       time, with ``MASTER_PORT``): ``lightning-<hash>``. Rank 0 sees these variables only once
+       ``fit()`` started the others; the runtime looks again then (see
+       :class:`profctx.process._runtime.Runtime`). One id per node: on several nodes, give
+       ``PROFCTX_RUN_ID`` or launch with torchrun or Slurm.
 
     The id is made file-name safe (letters, digits, ``.``, ``_``, ``-``; at most
     :data:`RUN_ID_MAX` characters, a long one ends in a hash of the whole).
@@ -126,7 +135,23 @@ def launcher_run_id(environ: Mapping[str, str] | None = None) -> tuple[str, str]
         return run_id_of("torchrun", _parent_launch()), "torchrun"
     if env.get("CROSS_RANK", "").strip() and env.get("LOCAL_SIZE", "").strip() and env.get("RANK", "").strip():
         return run_id_of("deepspeed", _parent_launch()), "deepspeed"
+    local = lightning_local_rank(env)
+    if local is not None:
+        launch = os.getpid() if local == 0 else os.getppid()
+        return run_id_of("lightning", _launch_of(launch, env.get("MASTER_PORT", "").strip())), "lightning"
     return None
+
+
+def lightning_local_rank(environ: Mapping[str, str]) -> int | None:
+    """Return the local rank Lightning's script launcher gave this process (:func:`launcher_run_id`), or ``None``."""
+    if environ.get("RANK", "").strip() or not all(
+            environ.get(name, "").strip() for name in ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK")):
+        return None
+    try:
+        local, world = int(environ.get("LOCAL_RANK", "")), int(environ.get("WORLD_SIZE", ""))
+    except ValueError:
+        return None
+    return local if 0 <= local < world and world > 1 else None
 
 
 def run_id_of(launcher: str, raw: str) -> str:
@@ -142,11 +167,16 @@ def run_id_of(launcher: str, raw: str) -> str:
 
 def _parent_launch() -> str:
     """Return a short id of the process that started this one, unique per launch on this host."""
-    ppid = os.getppid()
+    return _launch_of(os.getppid())
+
+
+def _launch_of(pid: int, extra: str = "") -> str:
+    """Return a short id of process ``pid``, unique on this host (its start time tells a reused pid apart)."""
     started = ""
-    try:  # Linux: the parent's start time (clock ticks since boot) tells a reused pid apart
-        with open(f"/proc/{ppid}/stat", "rb") as handle:
+    try:  # Linux: the process's start time (clock ticks since boot)
+        with open(f"/proc/{pid}/stat", "rb") as handle:
             started = handle.read().rsplit(b")", 1)[-1].split()[19].decode()
     except (OSError, IndexError, UnicodeDecodeError):
         pass
-    return hashlib.sha1(f"{hostname()}:{ppid}:{started}".encode()).hexdigest()[:12]
+    tail = f":{extra}" if extra else ""
+    return hashlib.sha1(f"{hostname()}:{pid}:{started}{tail}".encode()).hexdigest()[:12]
