@@ -28,6 +28,7 @@ from ..core._window import StepWindow
 from ..records._manifest import ManifestWriter, Record
 from ..util._errors import ProfilingError
 from ..util._files import make_folders, sweep_tree
+from ..util._fs import Folder, walk
 from ..util._identity import Identity, detectable, launcher_run_id, resolve
 from ..util._log import logger, warn_once
 from ._capture import Capture, Range
@@ -242,7 +243,7 @@ class Runtime:
         self._backend: Any = None
         self.save_path = Path(config.save_path).expanduser().absolute()
         with contextlib.suppress(OSError):  # marks a configured save_path: `profctx ls` says "no capture yet"
-            (self.save_path / MANIFEST_DIR).mkdir(parents=True, exist_ok=True)
+            make_folders(self.save_path, MANIFEST_DIR)
         self.run_id = config.run_id or os.environ.get("PROFCTX_RUN_ID") or default_run_id()
         #: The open contiguous capture (``contiguous=True``), if any.
         self.run: Capture | None = None
@@ -632,7 +633,15 @@ class Runtime:
     def spec_for(self, capture: Capture) -> CaptureSpec:
         """Return the backend's description of ``capture`` (creating its folder)."""
         identity = self.identity()
-        folder = make_folders(self.save_path, capture.folder)
+        at = walk(self.save_path, capture.folder)  # held until the files are written (Capture.close_folder)
+        try:
+            return self._spec(capture, identity, at)
+        except BaseException:
+            at.close()
+            raise
+
+    def _spec(self, capture: Capture, identity: Identity, at: Folder) -> CaptureSpec:
+        folder = at.path
         if not self._swept:  # temporaries that writers killed mid-write left anywhere under save_path
             self._swept = True
             root = self.save_path
@@ -667,6 +676,7 @@ class Runtime:
             compress=self.config.compress,
             metadata=metadata,
             notes=[self.tool_note] if self.tool_note else [],
+            at=at,
         )
 
     def record(self, record: Record | dict[str, Any]) -> None:
