@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TextIO
 
 from ..core._layout import MANIFEST_DIR, safe
 from ..core._scope import role_parts
-from ..util._files import create, make_folders, open_folder
+from ..util._fs import walk
 from ..util._log import warn_once
 from ..util._units import seconds_text as _time
 
@@ -260,21 +260,17 @@ class Timeline:
 
         self.close()
         rt = self.runtime
-        folder = make_folders(rt.save_path, MANIFEST_DIR)
         stem = f"{safe(rt.run_id)}.{identity.tag}.{safe(identity.host)}.{identity.pid}"
-        dir_fd = open_folder(folder)
-        try:
+        with walk(rt.save_path, MANIFEST_DIR) as folder:  # no link followed below save_path
             name = stem + SUFFIX
             try:
-                fd = create(name, dir_fd=dir_fd)
+                fd = folder.create(name)
             except FileExistsError:  # taken (a planted file, a restart with the same pid): a fresh name
                 name = f"{stem}.{os.urandom(4).hex()}{SUFFIX}"
-                fd = create(name, dir_fd=dir_fd)
-        finally:
-            os.close(dir_fd)
+                fd = folder.create(name)
         self._fd = fd
         self._identity = identity
-        self.path = str(folder / name)
+        self.path = str(folder.path / name)
         header = {"v": VERSION, "schema": "profctx.timeline", "run": rt.run_id, "rank": identity.rank,
                   "world_size": identity.world_size, "group": identity.group, "host": identity.host,
                   "pid": identity.pid, "time": round(time.time(), 6)}
