@@ -82,6 +82,10 @@ class Opened:
         self.hooks: list[tuple[Any, object]] = []
 
 
+#: Seconds between two looks at the exit deadline while an ``on_capture`` hook runs.
+HOOK_POLL_S: Final = 0.1
+
+
 class Writer:
     """Runs the file-writing jobs, in order, on one thread that lives only while there is work.
 
@@ -251,6 +255,10 @@ class Runtime:
         self.listeners: list[Callable[[Any], None]] = []
         self.writer = Writer()
         self.disk = DiskWatch()
+        #: Set by a second SIGTERM: stop waiting for ``on_capture`` hooks now (see :meth:`exit_passed`).
+        self.exit_forced = threading.Event()
+        #: When the exit began (monotonic), once seen; ``exit_timeout`` counts from there.
+        self.exit_started: float | None = None
         self._identity: Identity | None = None
         self._fallback: Identity | None = None
         #: rank_selected()'s answer for the identity it was computed for.
@@ -700,18 +708,74 @@ class Runtime:
             self.submit(lambda: self.run_capture_hooks(full))
 
     def run_capture_hooks(self, full: Record) -> None:
-        """Call each ``profctx.on_capture`` hook with a finished capture's record (on the writer thread).
+        """Call each ``profctx.on_capture`` hook with a finished capture's record (from the writer thread).
 
         A hook that raises is logged once and kept in :attr:`errors`; the next hook still runs.
+        The hooks run on a daemon thread of their own that the writer waits for: without limit
+        while the program runs, and at exit (the main thread ended, or SIGTERM) at most
+        ``exit_timeout`` seconds, or until a second SIGTERM (:attr:`exit_forced`). A hook given up
+        on is logged and its capture's record is written again with a note saying so (its files
+        are written: the record says which), so the process can end.
         """
         from ..manifest import CaptureRecord  # the public record type; ``import profctx`` stays light
 
         record = CaptureRecord(full)
-        for hook in list(self.owner.capture_hooks):
+        current: list[str] = []
+        done = threading.Event()
+
+        def call() -> None:
             try:
-                hook(record)
-            except Exception as exc:  # noqa: BLE001 - a hook never breaks a capture nor training
-                self.failure(f"capture hook {getattr(hook, '__qualname__', repr(hook))}", exc, in_flight=True)
+                for hook in list(self.owner.capture_hooks):
+                    current[:] = [getattr(hook, "__qualname__", repr(hook))]
+                    try:
+                        hook(record)
+                    except Exception as exc:  # noqa: BLE001 - a hook never breaks a capture nor training
+                        self.failure(f"capture hook {current[0]}", exc, in_flight=True)
+            finally:
+                done.set()
+
+        if self.exit_passed():
+            self._hooks_not_run(full, "not run: the process was exiting and exit_timeout had passed")
+            return
+        threading.Thread(target=call, name="profctx-hooks", daemon=True).start()
+        while not done.wait(HOOK_POLL_S):
+            if self.exit_passed():
+                why = ("a second SIGTERM" if self.exit_forced.is_set()
+                       else f"exit_timeout ({self.config.exit_timeout:g} s)")
+                self._hooks_not_run(full, f"given up at exit after {why}, while hook {current[0]} still ran")
+                return
+
+    def exit_passed(self) -> bool:
+        """Whether the process is exiting and may wait no longer (``exit_timeout`` passed, or a second SIGTERM).
+
+        Exiting: the main thread has ended (Python then waits for the writer thread) or SIGTERM
+        arrived (:meth:`exit_began`). The deadline counts from the first of these that is seen.
+        """
+        if self.exit_forced.is_set():
+            return True
+        if self.exit_started is None:
+            if threading.main_thread().is_alive():
+                return False
+            self.exit_started = time.monotonic()
+        return time.monotonic() - self.exit_started >= self.config.exit_timeout
+
+    def exit_began(self) -> None:
+        """Start the exit deadline now (SIGTERM arrived); the hooks are waited for ``exit_timeout`` more seconds."""
+        if self.exit_started is None:
+            self.exit_started = time.monotonic()
+
+    def _hooks_not_run(self, full: Record, why: str) -> None:
+        """Log once and write the capture's record again, saying its ``on_capture`` hooks did not finish."""
+        note = f"on_capture hooks {why}; the capture's files are as this record lists them"
+        warn_once("hooks-abandoned", "profctx: capture %s: %s", full.get("capture"), note)
+        manifest = self._manifest
+        if manifest is None:
+            return
+        again: dict[str, Any] = dict(full)
+        again["notes"] = [*(full.get("notes") or ()), note]
+        again["hooks"] = "abandoned"
+        with contextlib.suppress(Exception):  # exit paths must not raise
+            manifest.write(again)
 
     def manifest_writer(self) -> ManifestWriter | None:
         """Return this process's manifest writer, once anything was recorded."""
