@@ -197,8 +197,9 @@ class ProfilerConfig:
             raise ConfigError("on_error", self.on_error, one_of(ON_ERROR))
         _set(self, "exit_hooks", _flag("exit_hooks", self.exit_hooks))
         _set(self, "exit_timeout", _seconds("exit_timeout", self.exit_timeout))
-        for capped in ("max_trace_bytes", "max_trace_bytes_per_hour", "max_timeline_bytes"):
-            _set(self, capped, _byte_cap(capped, getattr(self, capped)))
+        for capped in ("max_trace_bytes", "max_trace_bytes_per_hour"):
+            _set(self, capped, _byte_cap(capped, getattr(self, capped), 1))
+        _set(self, "max_timeline_bytes", _byte_cap("max_timeline_bytes", self.max_timeline_bytes, 2**16))
         _set(self, "warmup", _flag("warmup", self.warmup))
         _set(self, "private", _flag("private", self.private))
         _set(self, "on_demand", _flag("on_demand", self.on_demand))
@@ -565,12 +566,12 @@ def _seconds(name: str, value: object) -> float:
     return float(value)
 
 
-def _byte_cap(name: str, value: object) -> int | None:
-    """Return ``value`` as a byte count >= 1 MiB, or ``None`` (no cap); else raise ``ConfigError``."""
+def _byte_cap(name: str, value: object, least: int) -> int | None:
+    """Return ``value`` as a byte count >= ``least``, or ``None`` (no cap); else raise ``ConfigError``."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 2**20:
-        raise ConfigError(name, value, "a number of bytes of at least 1048576 (1 MiB), or None for no cap")
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ConfigError(name, value, f"a number of bytes of at least {least}, or None for no cap")
     return value
 
 

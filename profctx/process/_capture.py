@@ -50,6 +50,9 @@ class Runtime(Protocol):
     @property
     def disk(self) -> Disk: ...
 
+    @property
+    def traces(self) -> Any: ...
+
     def claim(self, capture: Capture) -> Capture | None: ...
 
     def release(self, capture: Capture) -> None: ...
@@ -157,6 +160,11 @@ class Capture:
         if rt.disk.waiting(rt.save_path):
             self.status = "skipped"
             self._record("finished", status="skipped", time=time.time(), reason=rt.disk.reason)
+            return False
+        capped = rt.traces.refuses()
+        if capped is not None:
+            self.status = "skipped"
+            self._record("finished", status="skipped", time=time.time(), reason=capped)
             return False
         try:
             holder = rt.claim(self)
@@ -360,6 +368,8 @@ class Capture:
         rt = self.runtime
         end = time.time() if end_wall is None else end_wall
         listed = file_entries(files, rt.save_path)
+        if status == "ok":
+            rt.traces.add(sum(f["bytes"] or 0 for f in listed))
         all_notes = list(self.spec.notes if self.spec else ()) + list(notes or ())
         self._record(
             "finished",

@@ -178,6 +178,52 @@ def run_quietly(job: Callable[[], None]) -> None:
         logger.debug("profctx writer job failed: %s", exc)
 
 
+class TraceBudget:
+    """Caps the bytes of traces this process writes for one configuration: in all, and in any hour.
+
+    A capture starts only while both sums are below their caps (``max_trace_bytes``,
+    ``max_trace_bytes_per_hour``; ``None``: no cap), so a run overshoots a cap by at most the one
+    capture that crosses it. ``clock``: monotonic seconds (injected by tests).
+    """
+
+    HOUR: Final = 3600.0
+
+    def __init__(self, total: int | None, per_hour: int | None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.total = total
+        self.per_hour = per_hour
+        self.clock = clock
+        self.written = 0
+        self.in_hour = 0
+        self._recent: deque[tuple[float, int]] = deque()
+
+    def add(self, size: int) -> None:
+        """Count ``size`` bytes of trace files just written."""
+        self.written += size
+        if self.per_hour is not None:
+            self._recent.append((self.clock(), size))
+            self.in_hour += size
+
+    def refuses(self) -> str | None:
+        """Return why a capture may not start now (a cap is reached), logged once per cap; else ``None``."""
+        if self.total is not None and self.written >= self.total:
+            reason = (f"max_trace_bytes ({self.total} bytes) reached: this process wrote {self.written} bytes of "
+                      "traces in this configuration, so it starts no more captures (raise the cap, or None for none)")
+            warn_once("cap:max_trace_bytes", "profctx: %s", reason)
+            return reason
+        if self.per_hour is None:
+            return None
+        since = self.clock() - self.HOUR
+        recent = self._recent
+        while recent and recent[0][0] <= since:
+            self.in_hour -= recent.popleft()[1]
+        if self.in_hour < self.per_hour:
+            return None
+        reason = (f"max_trace_bytes_per_hour ({self.per_hour} bytes) reached: this process wrote {self.in_hour} bytes "
+                  "of traces in the last hour; captures resume as that hour's traces age out")
+        warn_once("cap:max_trace_bytes_per_hour", "profctx: %s", reason)
+        return reason
+
+
 class DiskWatch:
     """Backs off after a trace write finds the disk full; resumes when the space is back.
 
@@ -255,6 +301,7 @@ class Runtime:
         self.listeners: list[Callable[[Any], None]] = []
         self.writer = Writer()
         self.disk = DiskWatch()
+        self.traces = TraceBudget(config.max_trace_bytes, config.max_trace_bytes_per_hour)
         #: Set by a second SIGTERM: stop waiting for ``on_capture`` hooks now (see :meth:`exit_passed`).
         self.exit_forced = threading.Event()
         #: When the exit began (monotonic), once seen; ``exit_timeout`` counts from there.
@@ -297,8 +344,9 @@ class Runtime:
                 self.watch = self.ondemand.step_entered
             self.ondemand.start()
         #: Every step's wall time and its top-level roles' (``_timeline``), written unless ``timeline=False``.
-        self.timeline: Timeline | None = (Timeline(self, write=config.timeline, totals=config.summary_at_exit)
-                                          if config.timeline or config.summary_at_exit else None)
+        self.timeline: Timeline | None = (
+            Timeline(self, write=config.timeline, totals=config.summary_at_exit, max_bytes=config.max_timeline_bytes)
+            if config.timeline or config.summary_at_exit else None)
 
     @property
     def tool(self) -> str:
