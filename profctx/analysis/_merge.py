@@ -358,13 +358,15 @@ def _write(inputs: Sequence[MergeInput], output: Path, folder: Folder, result: M
     sweep(folder)
     # A fresh name nobody can predict, created exclusively: a link planted there is never followed.
     tmp = temporary_name()
-    raw = os.fdopen(folder.create(tmp), "wb")
-    sink = _Sink(raw, compress_level if output.name.endswith(".gz") else None)
+    raw: IO[bytes] | None = None
+    sink: _Sink | None = None
     # Millions of short-lived event dicts would set off the cyclic collector again and again for
     # nothing (they hold no cycles; reference counting frees them): pause it for the merge.
     collecting = gc.isenabled()
     gc.disable()
-    try:
+    try:  # from before the temporary exists: an interrupt at any statement leaves none behind
+        raw = os.fdopen(folder.create(tmp), "wb")
+        sink = _Sink(raw, compress_level if output.name.endswith(".gz") else None)
         head = {**(first_keys or {}), "schemaVersion": 1, "displayTimeUnit": "ms", "baseTimeNanoseconds": out_base_ns}
         sink.write(json.dumps(head)[:-1].encode() + b',\n"traceEvents":[\n')
         for index, item in enumerate(inputs):
@@ -391,14 +393,17 @@ def _write(inputs: Sequence[MergeInput], output: Path, folder: Folder, result: M
         raw.close()
         folder.move(tmp, folder, output.name)
     except BaseException:  # an interrupt too (SIGTERM becomes SystemExit in the CLI): no temporary stays
-        sink.abort()
-        raw.close()
         with contextlib.suppress(OSError):
             os.unlink(tmp, dir_fd=folder.fd)
+        if sink is not None:
+            sink.abort()
+        if raw is not None:
+            raw.close()
         raise
     finally:
         if collecting:
             gc.enable()
+    assert sink is not None  # made in the try above, which returned normally
     result.inputs = len(inputs)
     result.events = sink.count
     result.processes = len(processes) + 1
