@@ -20,6 +20,7 @@ The self-tests at the bottom show the checker catches each kind of call.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -95,8 +96,17 @@ PATH_METHODS = {"mkdir", "write_text", "write_bytes", "read_text", "read_bytes",
                 "iterdir", "glob", "rglob", "symlink_to", "hardlink_to"}
 
 
-def calls(source: str) -> Iterator[tuple[int, str]]:
-    """Yield ``(line, name)`` of each call by path in ``source`` (see the module's docstring)."""
+def calls(source: str) -> list[tuple[int, str]]:
+    """Return ``(line, name)`` of each call by path in ``source`` (see the module's docstring)."""
+    return list(_calls(source))
+
+
+@functools.cache
+def _module_calls(path: Path) -> list[tuple[int, str]]:
+    return calls(path.read_text(encoding="utf-8"))
+
+
+def _calls(source: str) -> Iterator[tuple[int, str]]:
     for node in ast.walk(ast.parse(source)):
         if not isinstance(node, ast.Call):
             continue
@@ -137,7 +147,7 @@ def test_only_the_file_access_layer_touches_files_by_path() -> None:
         if name in LAYER:
             continue
         allowed = ALLOWED.get(name, {})
-        for line, call in calls(path.read_text(encoding="utf-8")):
+        for line, call in _module_calls(path):
             if call not in allowed:
                 found.append(f"{name}:{line}: {call}")
     assert found == [], "calls by path outside the file-access layer (go through profctx/util/_fs.py):\n" + \
@@ -150,7 +160,7 @@ def test_every_allowance_is_still_needed() -> None:
     for name, allowed in ALLOWED.items():
         path = PACKAGE.parent / name
         assert path.is_file(), f"{name}: no such module (remove its allowance)"
-        used = {call for _, call in calls(path.read_text(encoding="utf-8"))}
+        used = {call for _, call in _module_calls(path)}
         unused += [f"{name}: {call}" for call in allowed if call not in used]
     assert unused == []
 

@@ -6,49 +6,40 @@ The merge is frozen (SIGSTOP) as soon as its temporary appears, sent SIGTERM, th
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import pytest
-
 import profctx
 from profctx.records._manifest import read
-
-torch = pytest.importorskip("torch")
 
 #: A bound on the subprocess only, so that a regression fails instead of hanging.
 BOUND_S = 120
 
 
-def _big_run(save: Path) -> None:
-    """A real one-step torch capture whose trace is then made large (its events repeated)."""
-    profctx.configure(steps="1", save_path=save, run_id="big", compress=False, exit_hooks=False, warmup=False,
-                      timeline=False)
-    x = torch.ones(4)
-    for step in (0, 1, 2):
-        with profctx.profile_step(step):
-            for _ in range(20):
-                x = x + 1
-    assert profctx.flush(60)
-    profctx.reset()
-    [record] = read(save)
-    path = save / record["files"][0]["path"]
-    trace = json.loads(path.read_bytes())
+def _big_run(run_dir: Path, save: Path) -> None:
+    """A copy of the session's real run, with one trace made large (its events repeated, gzip level 1)."""
+    shutil.copytree(run_dir, save, dirs_exist_ok=True)
+    records = [r for r in read(save) if r.get("status") == "ok" and r.get("files")]
+    path = save / records[0]["files"][0]["path"]
+    trace = json.loads(gzip.decompress(path.read_bytes()))
     events = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
-    trace["traceEvents"] = trace["traceEvents"] + events * (400_000 // max(len(events), 1))
-    path.write_text(json.dumps(trace))
+    trace["traceEvents"] = trace["traceEvents"] + events * (60_000 // max(len(events), 1))
+    path.write_bytes(gzip.compress(json.dumps(trace).encode(), 1))
 
 
-def test_a_merge_ended_by_sigterm_leaves_no_temporary(tmp_path: Path) -> None:
-    _big_run(tmp_path)
-    merged = tmp_path / "merged"
+def test_a_merge_ended_by_sigterm_leaves_no_temporary(run_dir: Path, tmp_path: Path) -> None:
+    save = tmp_path / "run"
+    _big_run(run_dir, save)
+    merged = save / "merged"
     env = {**os.environ, "PYTHONPATH": str(Path(profctx.__file__).parent.parent)}
-    proc = subprocess.Popen([sys.executable, "-m", "profctx", "merge", str(tmp_path)], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "profctx", "merge", str(save)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + BOUND_S
