@@ -80,11 +80,6 @@ ALLOWED: dict[str, dict[str, str]] = {
     "profctx/engines/_base.py": {
         "Path.rglob": "TODO: lists an engine's own output folder to name its files in the record (no write)",
     },
-    "profctx/ray/__init__.py": {
-        "Path.mkdir": "TODO (Ray side): the driver copies workers' shards into its save path",
-        "os.open": "TODO (Ray side): that copy's target, O_NOFOLLOW, written through the descriptor",
-        "open": "TODO (Ray side): wraps that descriptor",
-    },
     "profctx/ray/_worker.py": {"open": "TODO (Ray side): a worker reads its own shard to send it to the driver"},
 }
 
