@@ -14,6 +14,9 @@ Modes: files ``0o666`` and folders ``0o777``, minus the process's umask (what ``
 
 A temporary's name carries the writing process's pid and host
 (``.profctx-tmp-{pid}-{random}-{host}.tmp``), so :func:`sweep` can remove those of dead processes.
+
+Built on :mod:`profctx.util._fs` (held folder descriptors): pass a held folder (``at=``, a
+:class:`~profctx.util._fs.Folder`) wherever the folder was walked to, so nothing is reopened by path.
 """
 
 from __future__ import annotations
