@@ -62,13 +62,6 @@ ALLOWED: dict[str, dict[str, str]] = {
         "Path.glob": "TODO: lists the folders torch_npu's own exporter wrote (by path, as it gives them)",
         "Path.iterdir": "TODO: lists the files in torch_npu's output folder (a reader; no write or delete)",
     },
-    "profctx/records/_listing.py": {
-        "open": "TODO: the listing index rereads its shard by path (O_NOFOLLOW, inode checked)",
-        "os.open": "TODO: the index is reopened by path (O_NOFOLLOW, its inode and size checked)",
-        "os.unlink": "TODO: removes a stale index at its own name (a link is removed, not followed)",
-        "os.replace": "TODO: renames the rebuilt index onto its name (a link there is replaced)",
-        "Path.unlink": "TODO: removes its temporary or a stale index by name",
-    },
     "profctx/manifest.py": {"os.listdir": "TODO (reader side): lists .profctx/ to read shards"},
     "profctx/analysis/_timeline.py": {"os.listdir": "TODO (reader side): lists .profctx/ for timeline files"},
     "profctx/engines/sglang.py": {
