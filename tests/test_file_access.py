@@ -64,14 +64,8 @@ ALLOWED: dict[str, dict[str, str]] = {
     },
     "profctx/manifest.py": {"os.listdir": "TODO (reader side): lists .profctx/ to read shards"},
     "profctx/analysis/_timeline.py": {"os.listdir": "TODO (reader side): lists .profctx/ for timeline files"},
-    "profctx/engines/sglang.py": {
-        "Path.rglob": "TODO: looks whether SGLang wrote any file into its own output folder (no write)",
-    },
     "profctx/testing/__init__.py": {
         "tempfile.TemporaryDirectory": "a test helper's own fresh private folder (not a user's run folder)",
-    },
-    "profctx/engines/_base.py": {
-        "Path.rglob": "TODO: lists an engine's own output folder to name its files in the record (no write)",
     },
     "profctx/ray/_worker.py": {"open": "TODO (Ray side): a worker reads its own shard to send it to the driver"},
 }

@@ -220,8 +220,9 @@ class _SGLang(EngineAdapter):
         if not request_.absolute_start_step:
             return Outcome([_AUTO_STOP_NOTE])
         folder = Path(request_.folder)
-        if folder.is_dir() and any(p.is_file() for p in folder.rglob("*")):
-            return Outcome([_AUTO_STOP_NOTE])
+        with contextlib.suppress(OSError), walk(folder, create=False) as held:  # links neither followed nor counted
+            if held.files(limit=1):
+                return Outcome([_AUTO_STOP_NOTE])
         disarm = folder / ".disarmed"
         args = {"output_dir": str(disarm), "activities": ["CPU"], "with_stack": False, "record_shapes": False}
         if self.accepted is not None:

@@ -165,6 +165,33 @@ class Folder:
                     break
         return found
 
+    def files(self, limit: int = 10_000, depth: int = 8) -> list[tuple[str, os.stat_result]]:
+        """Return the regular files below this folder (relative ``/`` paths, sorted) with their ``lstat``.
+
+        Walked by descriptor: links are neither followed nor listed; at most ``limit`` files,
+        ``depth`` folders deep. Folders that cannot be opened are left out.
+        """
+        found: list[tuple[str, os.stat_result]] = []
+        todo: list[tuple[str, Folder]] = [("", self)]
+        try:
+            while todo and len(found) < limit:
+                prefix, folder = todo.pop()
+                try:
+                    for entry in sorted(folder.entries(limit)):
+                        if stat.S_ISREG(entry.info.st_mode):
+                            found.append((prefix + entry.name, entry.info))
+                        elif stat.S_ISDIR(entry.info.st_mode) and prefix.count("/") < depth:
+                            with contextlib.suppress(OSError):
+                                todo.append((f"{prefix}{entry.name}/", folder.sub(entry.name, create=False)))
+                finally:
+                    if folder is not self:
+                        folder.close()
+        finally:
+            for _, folder in todo:
+                if folder is not self:
+                    folder.close()
+        return sorted(found)[:limit]
+
     def lstat(self, name: str) -> os.stat_result:
         """Return ``name``'s status in this folder, a link not followed."""
         return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
