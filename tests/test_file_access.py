@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -199,3 +200,58 @@ def test_the_checker_catches_each_kind_of_call(source: str, expected: str) -> No
 ])
 def test_the_checker_lets_descriptor_calls_and_other_methods_through(source: str) -> None:
     assert list(calls(source)) == []
+
+
+# -- the layer's own checks ----------------------------------------------------------------------
+
+
+def test_a_walk_refuses_a_link_at_any_component_below_the_root(tmp_path: Path) -> None:
+    from profctx.util._fs import walk
+
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "root" / "a").mkdir(parents=True)
+    (tmp_path / "root" / "a" / "b").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(OSError, match="a link where profctx's folder belongs"):
+        walk(tmp_path / "root", "a/b/c")
+    assert list((tmp_path / "elsewhere").iterdir()) == []  # nothing made through the link
+    with pytest.raises(OSError):
+        walk(tmp_path / "root", "../elsewhere")
+
+
+def test_remove_deletes_only_checked_regular_files(tmp_path: Path) -> None:
+    import re
+
+    from profctx.util._fs import walk
+
+    outside = tmp_path / "outside.json"
+    outside.write_text("{}")
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "link.json").symlink_to(outside)
+    (root / "folder.json").mkdir()
+    (root / "mine.json").write_text("{}")
+    (root / "other.txt").write_text("")
+    pattern = re.compile(r".*\.json")
+    with walk(root) as folder:
+        gone = {e.name: folder.remove(e.name, pattern) for e in folder.entries()}
+    assert gone == {"link.json": False, "folder.json": False, "mine.json": True, "other.txt": False}
+    assert outside.is_file() and (root / "link.json").is_symlink()
+
+
+def test_open_read_refuses_links_fifos_and_hard_links(tmp_path: Path) -> None:
+    from profctx.util._fs import walk
+
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"secret")
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "soft").symlink_to(outside)
+    os.link(outside, root / "hard")
+    os.mkfifo(root / "fifo")
+    (root / "plain").write_bytes(b"ok")
+    with walk(root) as folder:
+        assert folder.read("plain", 10) == b"ok"
+        for name, why in (("soft", "link"), ("hard", "more than one link"), ("fifo", "not a regular file")):
+            with pytest.raises(OSError) as caught:
+                folder.read(name, 10)
+            assert why in str(caught.value) or caught.value.errno == 40, name  # ELOOP for the link

@@ -129,6 +129,15 @@ class Folder:
         with contextlib.suppress(Exception):  # a folder its holder dropped: closed when collected
             self.close()
 
+    def __copy__(self) -> Folder:
+        return self  # one descriptor, one owner: a copy closing it too would close another file's number
+
+    def __deepcopy__(self, memo: object) -> Folder:
+        return self
+
+    def __reduce__(self) -> str | tuple[object, ...]:
+        raise TypeError("a held folder (an open descriptor) cannot be pickled")
+
     def __repr__(self) -> str:
         return f"Folder({str(self.path)!r}, fd={self.fd})"
 
