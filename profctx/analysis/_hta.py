@@ -27,6 +27,7 @@ operators from the last step marker on. profctx's steps are whole: load the layo
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ from typing import Final
 
 from ..core._layout import safe
 from ..manifest import CaptureRecord, drivers
+from ..util._fs import Folder, walk
 from ._merge import MergeInput, MergeResult, clock_base, merge, plan
 
 #: File name of rank ``R`` in a layout folder.
@@ -84,18 +86,48 @@ def lay_out(
     driver: Collection[tuple[str, ...]] | None = None,
     compress_level: int = 1,
     progress: Callable[[int, int], None] | None = None,
+    at: Folder | None = None,
 ) -> Layout:
     """Write the captures of ``records`` covering ``steps`` (all when ``None``) into ``output``, a file per rank.
 
     ``records`` are those of one run. ``driver``: the driver processes of the run, when
     ``records`` are a filtered part of it (see :func:`profctx.manifest.drivers`).
     Raise :class:`LayoutError` when ``output`` exists and is not an empty folder (HTA would read
-    the files there as ranks too); nothing is written then.
+    the files there as ranks too, and a link there is never followed); nothing is written then.
+    ``at``: the held folder ``output`` goes into (default: ``output``'s folder, walked to). Every
+    folder of the layout is made below it by descriptor, no link followed.
     """
-    records = list(records)
-    if output.exists() and (not output.is_dir() or any(output.iterdir())):
-        raise LayoutError(f"{output} exists and is not an empty folder: HTA reads every trace in a folder as a "
-                          "rank, so a layout needs a folder of its own (remove it or choose another)")
+    parent = at if at is not None else walk(output.parent)
+    held: list[Folder] = []
+    try:
+        _check_output(parent, output)
+        return _lay_out(save_path, list(records), output, parent, held, steps, driver, compress_level, progress)
+    finally:
+        for folder in held:
+            folder.close()
+        if parent is not at:
+            parent.close()
+
+
+def _check_output(parent: Folder, output: Path) -> None:
+    """Raise :class:`LayoutError` unless ``output`` (in the held ``parent``) is missing or an empty folder."""
+    try:
+        info = parent.lstat(output.name)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(info.st_mode):
+        with parent.sub(output.name, create=False) as folder:
+            if not folder.entries(1):
+                return
+    what = "is a link (never followed)" if stat.S_ISLNK(info.st_mode) else "exists and is not an empty folder"
+    raise LayoutError(f"{output} {what}: HTA reads every trace in a folder as a rank, so a layout needs a folder "
+                      "of its own (remove it or choose another)")
+
+
+def _lay_out(save_path: Path, records: list[CaptureRecord], output: Path, parent: Folder, held: list[Folder],
+             steps: Collection[int] | None, driver: Collection[tuple[str, ...]] | None, compress_level: int,
+             progress: Callable[[int, int], None] | None) -> Layout:
+    """Lay ``records`` out below ``parent`` (see :func:`lay_out`); the folders made are appended to ``held``."""
     leaders = set(driver) if driver is not None else drivers(records)
     grouped = any(r.group for r in records if not r.is_engine and r.process not in leaders)
     layout = Layout(root=output)
@@ -123,6 +155,7 @@ def lay_out(
     total = sum(_size(i.path) for i in inputs)
     done = 0
     folders: dict[str | None, LayoutFolder] = {}
+    opened: dict[str | None, Folder] = {}
     for (group, rank), items in sorted(ranks.items(), key=lambda kv: (kv[0][0] or "", kv[0][1])):
         folder = folders.get(group)
         if folder is None:
@@ -131,6 +164,11 @@ def lay_out(
                 else output
             folder = LayoutFolder(where, group, max(sizes) if sizes else None)
             folders[group] = folder
+            if not held:
+                held.append(parent.sub(output.name))
+            opened[group] = held[0] if where == output else held[0].sub(where.name)
+            if opened[group] is not held[0]:
+                held.append(opened[group])
             layout.folders.append(folder)
         processes = {i.record.process for i in items}
         if len(processes) > 1:
@@ -146,7 +184,7 @@ def lay_out(
         result = merge(items, path, steps=sorted(steps) if steps is not None else None,
                        compress_level=compress_level, progress=report, driver=leaders, base_ns=base,
                        first_keys={"distributedInfo": {"backend": "none", "rank": rank, "world_size": world}},
-                       step_markers=True)
+                       step_markers=True, at=opened[group])
         done += sum(_size(i.path) for i in items)
         folder.ranks.append(RankTrace(rank, path, result))
         layout.problems += result.problems

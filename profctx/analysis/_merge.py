@@ -36,7 +36,8 @@ from typing import IO, Any, Final
 from ..core._plan import STEP_MARKER_PREFIX
 from ..manifest import DRIVER, CaptureRecord, process_names
 from ..util import _codec
-from ..util._files import create, sweep, temporary_name
+from ..util._files import sweep, temporary_name
+from ..util._fs import Folder, walk
 from ..util._untrusted import UnsafeFileError, files_under
 from ._tracedecode import Heads, heads_or_values, raws
 from ._tracejson import EVENTS, TraceFormatError, TraceStream, header, is_trace_file
@@ -307,8 +308,12 @@ def merge(
     base_ns: int | None = None,
     first_keys: Mapping[str, Any] | None = None,
     step_markers: bool = False,
+    at: Folder | None = None,
 ) -> MergeResult:
     """Write one ``.json.gz`` (or ``.json``) Chrome trace holding every event of ``inputs``.
+
+    ``at``: the held folder ``output`` goes into (only ``output``'s name is used then); without
+    it ``output``'s folder is walked to (created if missing, the user's path followed).
 
     ``driver``: the driver processes of the run (see :func:`profctx.manifest.process_names`),
     when ``inputs`` are a filtered part of it.
@@ -333,21 +338,35 @@ def merge(
     multi_run = len(result.runs) > 1
     labels = process_names(records, driver)
     total = sum(_size(i.path) for i in inputs)
+    markers = _StepMarkers() if step_markers else None
+    folder = at if at is not None else walk(output.parent)
+    try:
+        return _write(inputs, output, folder, result, out_base_ns, base_us, multi_run, labels, total, progress,
+                      markers, first_keys, compress_level)
+    finally:
+        if folder is not at:
+            folder.close()
+
+
+def _write(inputs: Sequence[MergeInput], output: Path, folder: Folder, result: MergeResult, out_base_ns: int,
+           base_us: float, multi_run: bool, labels: Any, total: int, progress: Callable[[int, int], None] | None,
+           markers: _StepMarkers | None, first_keys: Mapping[str, Any] | None, compress_level: int) -> MergeResult:
+    """Write the merged trace into the held ``folder`` as ``output.name`` (see :func:`merge`)."""
     done = 0
     processes: dict[tuple[Any, ...], _Process] = {}
     sources: list[dict[str, Any]] = []
-    markers = _StepMarkers() if step_markers else None
-    output.parent.mkdir(parents=True, exist_ok=True)
-    sweep(output.parent)
+    sweep(folder)
     # A fresh name nobody can predict, created exclusively: a link planted there is never followed.
-    tmp = output.with_name(temporary_name())
-    raw = open(create(tmp), "wb")  # noqa: SIM115 - closed below, in every path
-    sink = _Sink(raw, compress_level if output.name.endswith(".gz") else None)
+    tmp = temporary_name()
+    raw: IO[bytes] | None = None
+    sink: _Sink | None = None
     # Millions of short-lived event dicts would set off the cyclic collector again and again for
     # nothing (they hold no cycles; reference counting frees them): pause it for the merge.
     collecting = gc.isenabled()
     gc.disable()
-    try:
+    try:  # from before the temporary exists: an interrupt at any statement leaves none behind
+        raw = os.fdopen(folder.create(tmp), "wb")
+        sink = _Sink(raw, compress_level if output.name.endswith(".gz") else None)
         head = {**(first_keys or {}), "schemaVersion": 1, "displayTimeUnit": "ms", "baseTimeNanoseconds": out_base_ns}
         sink.write(json.dumps(head)[:-1].encode() + b',\n"traceEvents":[\n')
         for index, item in enumerate(inputs):
@@ -372,16 +391,19 @@ def merge(
         sink.write(b"\n]," + json.dumps(tail, default=str)[1:].encode() + b"\n")
         sink.close()
         raw.close()
-        os.replace(tmp, output)
-    except BaseException:
-        sink.abort()
-        raw.close()
+        folder.move(tmp, folder, output.name)
+    except BaseException:  # an interrupt too (SIGTERM becomes SystemExit in the CLI): no temporary stays
         with contextlib.suppress(OSError):
-            tmp.unlink()
+            os.unlink(tmp, dir_fd=folder.fd)
+        if sink is not None:
+            sink.abort()
+        if raw is not None:
+            raw.close()
         raise
     finally:
         if collecting:
             gc.enable()
+    assert sink is not None  # made in the try above, which returned normally
     result.inputs = len(inputs)
     result.events = sink.count
     result.processes = len(processes) + 1

@@ -181,6 +181,8 @@ def read(save_path: str | os.PathLike[str], run: str | None = "latest") -> Timel
             if process is None:
                 bad.append(number)
                 continue
+            if "capped" in record:  # the writer stopped at max_timeline_bytes: the line says where
+                continue
             if "dropped" in record:
                 dropped = record.get("dropped")
                 if type(dropped) is int and dropped >= 0:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
+from ..util._fs import Folder
 from ..util._identity import Identity
 
 if TYPE_CHECKING:
@@ -25,7 +26,11 @@ Finish = Callable[[], Sequence[Path]]
 class CaptureSpec:
     """Everything a backend needs to run one capture.
 
-    ``folder`` exists and is absolute; files go into it named from ``stem``.
+    ``folder`` exists and is absolute; files go into it named from ``stem``. ``at``, when given,
+    holds ``folder`` open (profctx walked to it from the save path without following a link):
+    write through it (``at.write``, ``at.replacing``, ``working_folder(at)``), never by the path,
+    so the folder renamed and replaced by a link during the step redirects nothing. profctx
+    closes it once the capture's files are written.
     ``metadata`` is the identity to embed in the trace. A backend appends to ``notes``
     anything the user should read in the manifest (an option it could not honour).
     """
@@ -42,6 +47,7 @@ class CaptureSpec:
     compress: bool
     metadata: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    at: Folder | None = None
 
 
 @runtime_checkable

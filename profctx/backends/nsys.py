@@ -190,7 +190,7 @@ def tool_attached() -> bool:
 
 def _write_sidecar(spec: CaptureSpec, data: Mapping[str, Any]) -> Sequence[Path]:
     final = spec.folder / f"{spec.stem}{SIDECAR}"
-    write_file(final, json.dumps(data, indent=1, default=str).encode())
+    write_file(final, json.dumps(data, indent=1, default=str).encode(), at=spec.at)
     return (final,)
 
 

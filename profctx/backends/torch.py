@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..core._plan import RANGES_KEY, STEP_MARKER_PREFIX, step_range
 from ..util._errors import ConfigError
-from ..util._files import create, sweep, working_folder
+from ..util._files import sweep, working_folder
+from ..util._fs import Folder
 from ..util._log import warn_once
 from ._base import CaptureSpec, Finish, installed, named_unselected
 
@@ -258,8 +259,9 @@ def _write(prof: Any, spec: CaptureSpec, final: Path, level: int,
     """
     from ..util import _codec  # gzip, zlib and isal: imported by the first trace written, not by configure()
 
-    sweep(spec.folder)  # what writers killed mid-write left here
-    with working_folder(spec.folder) as (folder_fd, work_fd, work_path):
+    held = spec.at if spec.at is not None else spec.folder  # the held folder: never reopened by path
+    sweep(held)  # what writers killed mid-write left here
+    with working_folder(held) as (folder_fd, work_fd, work_path):
         try:
             prof.export_chrome_trace(os.path.join(work_path, "trace"))
         finally:
@@ -269,8 +271,8 @@ def _write(prof: Any, spec: CaptureSpec, final: Path, level: int,
             os.replace("trace", final.name, src_dir_fd=work_fd, dst_dir_fd=folder_fd)
             return (final,)
         packed = final.with_name(final.name + ".gz")
-        with open(os.open("trace", os.O_RDONLY | os.O_NOFOLLOW, dir_fd=work_fd), "rb") as src, \
-                open(create("packed", dir_fd=work_fd), "wb") as out, \
+        work = Folder(work_fd, Path(work_path), owned=False)  # working_folder closes it
+        with os.fdopen(work.open_read("trace"), "rb") as src, os.fdopen(work.create("packed"), "wb") as out, \
                 _codec.gzip_writer(out, level) as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
         os.replace("packed", packed.name, src_dir_fd=work_fd, dst_dir_fd=folder_fd)

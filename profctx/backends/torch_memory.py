@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from ..util._errors import ConfigError, one_of
-from ..util._files import make_folders, replacing
+from ..util._files import replacing
+from ..util._fs import walk
 from ._base import CaptureSpec, Finish, named_unselected, torch_cuda_built, torch_version
 
 if TYPE_CHECKING:
@@ -144,7 +145,7 @@ def _trim(snapshot: dict[str, Any], depth: int) -> None:
 def _write(spec: CaptureSpec, snapshot: dict[str, Any], depth: int) -> Sequence[Path]:
     _trim(snapshot, depth)
     final = spec.folder / f"{spec.stem}{SUFFIX}"
-    with replacing(final) as f:
+    with replacing(final, at=spec.at) as f:
         pickle.dump(snapshot, f, protocol=pickle.HIGHEST_PROTOCOL)
     return (final,)
 
@@ -216,9 +217,9 @@ def _on_oom(device: int, alloc: int, device_alloc: int, device_free: int) -> Non
         import torch
 
         snapshot = torch.cuda.memory._snapshot()
-        make_folders(folder.parent, folder.name)  # a link planted where the oom folder belongs is not followed
-        final = folder / f"pid{os.getpid()}-{time.strftime('%Y%m%d-%H%M%S')}-dev{device}{SUFFIX}"
-        with replacing(final) as f:
+        name = f"pid{os.getpid()}-{time.strftime('%Y%m%d-%H%M%S')}-dev{device}{SUFFIX}"
+        final = folder / name
+        with walk(folder.parent, folder.name) as held, held.replacing(name) as f:  # a link at oom/: refused
             pickle.dump(snapshot, f, protocol=pickle.HIGHEST_PROTOCOL)
         warn_once(f"oom:{final}", "profctx: CUDA out of memory on device %s (asked %s bytes, %s free): "
                   "allocator snapshot written to %s", device, alloc, device_free, final)

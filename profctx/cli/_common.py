@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import os
 import re
+import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,27 @@ FINDINGS: Final = 1
 USAGE: Final = 2
 
 STATUSES: Final = LISTED
+
+
+@contextlib.contextmanager
+def terminable() -> Iterator[None]:
+    """Turn SIGTERM into ``SystemExit(143)`` inside the block, so a writer ended so removes its temporary.
+
+    Python's default for SIGTERM ends the process at once, with no ``finally`` run; only the main
+    thread can set a handler (elsewhere the block runs unchanged).
+    """
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class UsageError(Exception):

@@ -18,16 +18,24 @@ from ..analysis._hta import Layout, LayoutError, lay_out
 from ..analysis._merge import merge, plan
 from ..core._layout import safe
 from ..manifest import DRIVER, drivers, in_groups
-from ..util._files import make_folders
-from ._common import FINDINGS, OK, Progress, Style, UsageError, guarded, open_run, size
+from ..util._fs import Folder, walk
+from ._common import FINDINGS, OK, Progress, Style, UsageError, guarded, open_run, size, terminable
 
 
-def _merged_folder(run: Path) -> Path:
-    """Return ``run/merged``, made without following a link planted where it belongs."""
+def _merged_folder(run: Path) -> Folder:
+    """Return ``run/merged``, held open, made without following a link planted where it belongs."""
     try:
-        return make_folders(run, "merged")
+        return walk(run, "merged")
     except OSError as exc:
         raise UsageError(f"cannot write into {run / 'merged'}: {exc.strerror or exc}") from None
+
+
+def _output_folder(output: str) -> Folder:
+    """Return the folder of the ``--output`` the user named, held open (created if missing)."""
+    try:
+        return walk(Path(output).parent)
+    except OSError as exc:
+        raise UsageError(f"--output {output}: cannot write into its folder: {exc.strerror or exc}") from None
 
 
 def register(subparsers: Any) -> None:
@@ -81,15 +89,17 @@ def run(args: argparse.Namespace) -> int:
         listed = ", ".join(str(s) for s in known[:20]) + (" ..." if len(known) > 20 else "")
         what = f"step {', '.join(map(str, steps))}" if steps else "any step"
         raise UsageError(f"no trace files for {what} in {args.dir} (steps with captures: {listed or 'none'})")
-    output = Path(args.output) if args.output else _merged_folder(profiled.path) / _default_name(profiled.runs, steps)
-    if not output.name.endswith((".json", ".json.gz")):
-        raise UsageError(f"--output {output}: the name must end in .json.gz or .json")
+    if args.output and not args.output.endswith((".json", ".json.gz")):
+        raise UsageError(f"--output {args.output}: the name must end in .json.gz or .json")
+    folder = _output_folder(args.output) if args.output else _merged_folder(profiled.path)
+    output = Path(args.output) if args.output else folder.path / _default_name(profiled.runs, steps)
     show = sys.stderr.isatty() if args.progress is None else args.progress
     bar = Progress(sys.stderr, "merging", show)
     started = time.perf_counter()
     try:
-        result = merge(inputs, output, steps=steps, compress_level=args.compress_level, progress=bar.update,
-                       driver=driver)
+        with folder, terminable():
+            result = merge(inputs, output, steps=steps, compress_level=args.compress_level, progress=bar.update,
+                           driver=driver, at=folder)
     finally:
         bar.close()
     style = Style(sys.stdout)
@@ -114,14 +124,16 @@ def _hta(args: argparse.Namespace, save_path: Path, runs: list[str], records: li
     if len(runs) > 1:
         raise UsageError(f"--hta lays out one job, and --run {args.run} selects {len(runs)} runs "
                          f"({', '.join(runs[:5])}): pick one with --run ID")
-    output = Path(args.output) if args.output else save_path / "merged" / _default_name(runs, steps).replace(
+    folder = _output_folder(args.output) if args.output else _merged_folder(save_path)
+    output = Path(args.output) if args.output else folder.path / _default_name(runs, steps).replace(
         ".trace.json.gz", ".hta")
     show = sys.stderr.isatty() if args.progress is None else args.progress
     bar = Progress(sys.stderr, "laying out", show)
     started = time.perf_counter()
     try:
-        layout = lay_out(save_path, records, output, steps=steps, driver=driver,
-                         compress_level=args.compress_level, progress=bar.update)
+        with folder, terminable():
+            layout = lay_out(save_path, records, output, steps=steps, driver=driver,
+                             compress_level=args.compress_level, progress=bar.update, at=folder)
     except LayoutError as exc:
         raise UsageError(f"--output {exc}") from None
     finally:

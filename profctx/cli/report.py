@@ -12,8 +12,9 @@ from ..analysis._parallel import AUTO
 from ..analysis._report import render
 from ..manifest import drivers
 from ..records._job import hole, of_records
-from ..util._files import sweep, write_file
-from ._common import FINDINGS, OK, Progress, UsageError, add_filters, guarded, open_run, size, stream_run
+from ..util._files import sweep
+from ..util._fs import walk
+from ._common import FINDINGS, OK, Progress, UsageError, add_filters, guarded, open_run, size, stream_run, terminable
 from .analyse import jobs_option, left_out_note
 
 
@@ -68,9 +69,12 @@ def run(args: argparse.Namespace) -> int:
     summary.problems[:0] = [*profiled.repeats, *([lacking] if lacking else [])]
     page = render(summary, records, damaged=profiled.damaged, driver=driver)
     output = Path(args.output) if args.output else profiled.path / "report.html"
-    output.parent.mkdir(parents=True, exist_ok=True)
-    sweep(output.parent)
-    write_file(output, page.encode("utf-8"))
+    try:  # the run folder (or the user's --output folder) held: the page is written by descriptor
+        with walk(output.parent) as folder, terminable():
+            sweep(folder)
+            folder.write(output.name, page.encode("utf-8"))
+    except OSError as exc:
+        raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
     failed = sum(1 for r in records if r.status == "failed")
     print(f"wrote {output} ({size(output.stat().st_size)}): {len(records)} captures"
           + (f", {failed} failed" if failed else ""))

@@ -18,6 +18,7 @@ import getpass
 import json
 import math
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 from ..core._layout import MANIFEST_DIR
 from ..core._ondemand import MAX_REQUEST_STEPS, Request, RequestError
 from ..process._ondemand import HEARTBEAT_S, POLL_S, REQUESTS, STALE_S, live_processes, write_request
+from ..util._fs import walk
 from ._common import FINDINGS, OK, UsageError, guarded
 
 #: Request files of this user older than this are removed when a new request is written.
@@ -33,6 +35,8 @@ KEEP_S = 3600.0
 WAIT_S = 10.0
 #: Seconds between two looks at the run's progress files while waiting.
 LOOK_S = 0.1
+#: The names of request files (what :func:`_forget_old` may delete).
+_REQUEST_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*\.json")
 
 
 def register(subparsers: Any) -> None:
@@ -159,7 +163,10 @@ def run(args: argparse.Namespace) -> int:
     except RequestError as exc:
         raise UsageError(str(exc)) from None
     _forget_old(path, now)
-    written = write_request(path, request)
+    try:
+        written = write_request(path, request)
+    except OSError as exc:
+        raise UsageError(_refused(path, exc)) from None
     state = _answer(path, run_id, request.id, args.wait)
     if args.json:
         print(json.dumps({**request.to_dict(), "answer": state}, indent=2))
@@ -197,16 +204,28 @@ def _answer(path: Path, run_id: str, rid: str, wait: float) -> dict[str, Any] | 
 
 
 def _forget_old(path: Path, now: float) -> None:
-    """Remove this user's request files older than :data:`KEEP_S` (every process has read them long ago)."""
-    folder = path / MANIFEST_DIR / REQUESTS
+    """Remove this user's request files older than :data:`KEEP_S` (every process has read them long ago).
+
+    Only entries of the requests folder reached by descriptor, each component walked without
+    following a link, that are regular files of this user named like requests: a link planted at
+    ``requests`` (or above) raises ``UsageError`` before anything is deleted.
+    """
     try:
-        entries = list(os.scandir(folder))
-    except OSError:
+        folder = walk(path, f"{MANIFEST_DIR}/{REQUESTS}", create=False)
+    except FileNotFoundError:
         return
-    for entry in entries:
+    except OSError as exc:
+        raise UsageError(_refused(path, exc)) from None
+    with folder:
         try:
-            info = entry.stat(follow_symlinks=False)
-            if entry.name.endswith(".json") and info.st_uid == os.getuid() and now - info.st_mtime > KEEP_S:
-                os.unlink(entry.path)
+            entries = folder.entries()
         except OSError:
-            continue
+            return
+        for entry in entries:
+            folder.remove(entry.name, _REQUEST_FILE, owner=os.getuid(), older_than=now - KEEP_S)
+
+
+def _refused(path: Path, exc: OSError) -> str:
+    """Say why the requests folder of ``path`` is not used (a link where a folder belongs, most likely)."""
+    return (f"{path / MANIFEST_DIR / REQUESTS}: not used: {exc.strerror or exc} (a link or file where profctx's "
+            "folder belongs is never followed; remove it, or ask who owns the folder)")

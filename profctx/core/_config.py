@@ -29,6 +29,13 @@ ENGINE_CONTENTS: Final = ("cpu", "cuda", "memory", "stack", "shapes")
 MAX_RANKS: Final = MAX_STEPS
 #: Longest engine timeout, in seconds (a week): a longer wait is a typo, and bounds the float conversion.
 MAX_TIMEOUT: Final = 7 * 24 * 3600.0
+#: Seconds the exit waits for trace files and ``on_capture`` hooks (``exit_timeout``).
+DEFAULT_EXIT_TIMEOUT: Final = 60.0
+#: Caps a run cannot outgrow, per process (``None`` in the config: no cap). Trace bytes over the whole
+#: run and over any hour, and bytes of the step timeline file.
+DEFAULT_MAX_TRACE_BYTES: Final = 64 * 2**30
+DEFAULT_MAX_TRACE_BYTES_PER_HOUR: Final = 16 * 2**30
+DEFAULT_MAX_TIMELINE_BYTES: Final = 256 * 2**20
 #: Largest YAML file read as a config (a whole trainer config is tens of kB).
 MAX_YAML_BYTES: Final = 4 * 2**20
 #: Folders of kernel pseudo-file systems: nothing profctx writes can live there.
@@ -143,6 +150,10 @@ class ProfilerConfig:
     compress: bool = True
     on_error: Literal["log", "raise"] = "log"
     exit_hooks: bool = True
+    exit_timeout: float = DEFAULT_EXIT_TIMEOUT
+    max_trace_bytes: int | None = DEFAULT_MAX_TRACE_BYTES
+    max_trace_bytes_per_hour: int | None = DEFAULT_MAX_TRACE_BYTES_PER_HOUR
+    max_timeline_bytes: int | None = DEFAULT_MAX_TIMELINE_BYTES
     warmup: bool = True
     private: bool = False
     on_demand: bool = False
@@ -185,6 +196,10 @@ class ProfilerConfig:
         if not isinstance(self.on_error, str) or self.on_error not in ON_ERROR:
             raise ConfigError("on_error", self.on_error, one_of(ON_ERROR))
         _set(self, "exit_hooks", _flag("exit_hooks", self.exit_hooks))
+        _set(self, "exit_timeout", _seconds("exit_timeout", self.exit_timeout))
+        for capped in ("max_trace_bytes", "max_trace_bytes_per_hour"):
+            _set(self, capped, _byte_cap(capped, getattr(self, capped), 1))
+        _set(self, "max_timeline_bytes", _byte_cap("max_timeline_bytes", self.max_timeline_bytes, 2**16))
         _set(self, "warmup", _flag("warmup", self.warmup))
         _set(self, "private", _flag("private", self.private))
         _set(self, "on_demand", _flag("on_demand", self.on_demand))
@@ -542,6 +557,22 @@ def _from_omegaconf(source: object) -> dict[Any, Any]:
     if not isinstance(container, dict):
         raise ConfigError("config", source, "an OmegaConf mapping (DictConfig)")
     return {str(k): v for k, v in container.items()}
+
+
+def _seconds(name: str, value: object) -> float:
+    """Return ``value`` as seconds > 0 and at most :data:`MAX_TIMEOUT`, else raise ``ConfigError``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TIMEOUT:
+        raise ConfigError(name, value, f"a number of seconds > 0 and at most {MAX_TIMEOUT:.0f}")
+    return float(value)
+
+
+def _byte_cap(name: str, value: object, least: int) -> int | None:
+    """Return ``value`` as a byte count >= ``least``, or ``None`` (no cap); else raise ``ConfigError``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ConfigError(name, value, f"a number of bytes of at least {least}, or None for no cap")
+    return value
 
 
 def _flag(name: str, value: object) -> bool:

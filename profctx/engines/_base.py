@@ -25,6 +25,7 @@ from ..core._layout import capture_folder, safe
 from ..core._scope import Scope
 from ..core._status import Ended
 from ..util._errors import ConfigError
+from ..util._fs import walk
 from ..util._log import logger, warn_once
 from ._host import Host, process
 from ._loop import run_sync
@@ -555,18 +556,19 @@ def _found(outcome: Outcome | None, save_path: Path, start_wall: float,
     if not folder:
         return fields, ["the engine chose where its files went; none listed"]
     root = Path(str(folder))
-    if not root.is_dir():
+    try:  # from save_path when the folder is below it: no link followed on the way, nor listed inside
+        below = root.relative_to(save_path) if root.is_relative_to(save_path) else None
+        with (walk(root, create=False) if below is None else walk(save_path, below, create=False)) as held:
+            found = held.files()
+    except OSError:
         return fields, [f"{folder} is not visible from this process (the engine's host writes it): files not listed"]
     by = outcome.files_by if outcome else "folder"
     prefix = outcome.prefix if outcome else None
     listed: list[dict[str, Any]] = []
-    for path in sorted(root.rglob("*")):
+    for relative, stat in found:
+        path = root / relative
         name = path.name
-        if name.startswith(".") or name.endswith(".tmp") or not path.is_file():
-            continue
-        try:
-            stat = path.stat()
-        except OSError:
+        if name.startswith(".") or name.endswith(".tmp"):
             continue
         if by == "prefix" and prefix and not name.startswith(prefix):
             continue

@@ -9,10 +9,10 @@ progress" after a ``num_steps`` auto-stop is a normal end.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import inspect
 import re
-import shutil
 import sys
 import typing
 from collections.abc import Callable, Mapping
@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from ..core._config import EngineConfig
 from ..util._errors import ConfigError
+from ..util._fs import walk
 from ._base import AlreadyActive, EngineAdapter, EngineError, EngineRequest, HttpAdapter, Outcome
 from ._http import Unreachable, request
 
@@ -219,8 +220,9 @@ class _SGLang(EngineAdapter):
         if not request_.absolute_start_step:
             return Outcome([_AUTO_STOP_NOTE])
         folder = Path(request_.folder)
-        if folder.is_dir() and any(p.is_file() for p in folder.rglob("*")):
-            return Outcome([_AUTO_STOP_NOTE])
+        with contextlib.suppress(OSError), walk(folder, create=False) as held:  # links neither followed nor counted
+            if held.files(limit=1):
+                return Outcome([_AUTO_STOP_NOTE])
         disarm = folder / ".disarmed"
         args = {"output_dir": str(disarm), "activities": ["CPU"], "with_stack": False, "record_shapes": False}
         if self.accepted is not None:
@@ -235,7 +237,8 @@ class _SGLang(EngineAdapter):
                 "will start profiling when its batch count reaches that step"
             ) from exc
         finally:
-            shutil.rmtree(disarm, ignore_errors=True)
+            with contextlib.suppress(OSError), walk(folder, create=False) as held:  # by descriptor, no link followed
+                held.remove_tree(disarm.name)
         seen = "" if folder.parent.is_dir() else " (the engine's folder is not visible here, so profctx could not " \
             "tell whether it ran; it may have written a trace there)"
         raise EngineError(

@@ -7,7 +7,10 @@ backend session is always stopped, and the capture is recorded as ``interrupted`
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -46,6 +49,9 @@ class Runtime(Protocol):
 
     @property
     def disk(self) -> Disk: ...
+
+    @property
+    def traces(self) -> Any: ...
 
     def claim(self, capture: Capture) -> Capture | None: ...
 
@@ -155,6 +161,11 @@ class Capture:
             self.status = "skipped"
             self._record("finished", status="skipped", time=time.time(), reason=rt.disk.reason)
             return False
+        capped = rt.traces.refuses()
+        if capped is not None:
+            self.status = "skipped"
+            self._record("finished", status="skipped", time=time.time(), reason=capped)
+            return False
         try:
             holder = rt.claim(self)
             if holder is not None:
@@ -192,6 +203,7 @@ class Capture:
             logger.warning("profctx: could not stop the profiler session of capture %s: %s", self.id, err)
         finally:
             rt.release(self)
+            self.close_folder()  # nothing is written: the stop never completed
         self.status = "failed" if isinstance(exc, Exception) else "interrupted"
         self._finished(self.status, error=exc)  # type: ignore[arg-type]
 
@@ -298,7 +310,11 @@ class Capture:
     def _write(self, finish: Any, blocked: float, end_wall: float) -> None:
         w0 = time.perf_counter()
         try:
-            files = finish()
+            try:
+                files = finish()
+                self._check_folder(files)
+            finally:
+                self.close_folder()
         except BaseException as exc:  # noqa: BLE001 - recorded, then reported by flush()
             self.runtime.disk.failed(exc)
             self.status = "failed"
@@ -309,6 +325,34 @@ class Capture:
         self.status = "ok"
         self.runtime.disk.wrote(files)
         self._finished("ok", files=files, blocked=blocked, end_wall=end_wall, write_s=time.perf_counter() - w0)
+
+    def _check_folder(self, files: Any) -> None:
+        """Raise ``OSError`` when the capture folder was moved during the capture (its files are then removed).
+
+        The files were written through the folder's held descriptor, so wherever the folder went
+        (renamed away, a link put in its place) nothing landed outside it; but the paths the record
+        would give are no longer the files', so the capture fails, saying why.
+        """
+        spec = self.spec
+        at = spec.at if spec is not None else None
+        if at is None or at.still_at(self.runtime.save_path, self.folder):
+            return
+        for path in files or ():
+            with contextlib.suppress(OSError, TypeError):
+                at.remove(Path(path).name, re.compile(re.escape(Path(path).name)))
+        raise OSError(errno.EXDEV, "the capture folder was renamed or replaced (by a link?) during the capture; "
+                      "its files, written into the folder profctx held, were removed", str(at.path))
+
+    def close_folder(self) -> None:
+        """Close the capture folder's descriptor once its files are written or none will be.
+
+        Where that is not known (an interrupt between handing the write over and noting it), the
+        descriptor is closed when the spec is collected (:meth:`profctx.util._fs.Folder.__del__`).
+        """
+        spec = self.spec
+        if spec is not None and spec.at is not None:
+            with contextlib.suppress(OSError):
+                spec.at.close()
 
     def _finished(
         self,
@@ -324,6 +368,8 @@ class Capture:
         rt = self.runtime
         end = time.time() if end_wall is None else end_wall
         listed = file_entries(files, rt.save_path)
+        if status == "ok":
+            rt.traces.add(sum(f["bytes"] or 0 for f in listed))
         all_notes = list(self.spec.notes if self.spec else ()) + list(notes or ())
         self._record(
             "finished",

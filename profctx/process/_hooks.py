@@ -19,14 +19,15 @@ def on_capture(hook: Hook) -> Hook:
 
     ``record`` is the capture's :class:`profctx.manifest.CaptureRecord` as its ``finished`` line
     reads: status (``ok``, ``failed``, ``skipped``, ``interrupted``), steps, role, files (paths
-    relative to ``save_path``), sizes, times. Hooks run on profctx's writer thread, after the
-    capture's files are written and its record appended, never on the training thread; they run
-    one after another, in the order added, and ``profctx.flush()`` (and process exit) waits for
-    them. A slow hook delays the writing of later captures: hand long work (uploads) to your own
-    executor. A hook that raises is logged once and recorded in the process's profiling errors;
-    nothing is raised into training. Hooks outlive ``configure()`` and are removed by
-    ``profctx.reset()`` or :func:`remove_on_capture`. Raises :class:`profctx.ConfigError` for a
-    hook that is not callable.
+    relative to ``save_path``), sizes, times. Hooks run on a thread profctx's writer waits for,
+    after the capture's files are written and its record appended, never on the training thread;
+    they run one after another, in the order added, and ``profctx.flush()`` waits for them; process
+    exit waits at most ``exit_timeout`` seconds (a second SIGTERM: not at all), then notes in the
+    capture's record that its hooks were given up on. A slow hook delays the writing of later
+    captures: hand long work (uploads) to your own executor. A hook that raises is logged once and
+    recorded in the process's profiling errors; nothing is raised into training. Hooks outlive
+    ``configure()`` and are removed by ``profctx.reset()`` or :func:`remove_on_capture`. Raises
+    :class:`profctx.ConfigError` for a hook that is not callable.
     """
     if not callable(hook):
         raise ConfigError("on_capture", hook, "a callable taking the capture's record")

@@ -4,6 +4,12 @@ The SIGTERM handler takes no lock and does no I/O: it turns the signal into ``Sy
 in the main thread (or calls the handler that was there before), so the program unwinds —
 ``with`` blocks end their captures on their own threads — and the exit hook then writes
 everything and ends the process by SIGTERM, as the default action would have.
+
+The exit is bounded: ``on_capture`` hooks are waited for at most ``exit_timeout`` seconds once
+the process is exiting (the main thread ended, or SIGTERM arrived), and a second SIGTERM stops
+the waiting at once (:meth:`profctx.process._runtime.Runtime.run_capture_hooks`); a capture
+whose hooks were given up on has its record written again saying so. The exit hook's wait for
+trace files is bounded by ``exit_timeout`` too.
 """
 
 from __future__ import annotations
@@ -17,11 +23,12 @@ import threading
 from types import FrameType
 from typing import Any, Final
 
+from ..core._config import DEFAULT_EXIT_TIMEOUT
 from ..util._log import logger
 from ._owner import OWNER
 
-#: Seconds the exit hook waits for trace files still being written.
-EXIT_TIMEOUT: Final = 60.0
+#: Seconds the exit hook waits for trace files still being written, without a configuration.
+EXIT_TIMEOUT: Final = DEFAULT_EXIT_TIMEOUT
 
 
 class _Exit:
@@ -78,8 +85,10 @@ def release_workers() -> None:
     _shut(OWNER.step_hooks)
 
 
-def finalize(timeout: float | None = EXIT_TIMEOUT) -> bool:
+def finalize(timeout: float | None = None) -> bool:
     """Stop open engine sessions and this process's open captures; wait for files (``timeout`` seconds).
+
+    ``timeout`` ``None``: the configuration's ``exit_timeout``.
 
     Return whether a capture is still recording on another thread that is alive (recorded
     ``interrupted``: the profiler stops only on the thread that started it).
@@ -89,7 +98,7 @@ def finalize(timeout: float | None = EXIT_TIMEOUT) -> bool:
     runtime = OWNER.runtime
     if runtime is not None:
         try:
-            return runtime.shutdown(timeout)
+            return runtime.shutdown(runtime.config.exit_timeout if timeout is None else timeout)
         except Exception as exc:  # noqa: BLE001 - exit paths must not raise
             logger.warning("profctx: could not finish the open capture at exit: %s", exc)
     return False
@@ -131,7 +140,16 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     if callable(previous):
         previous(signum, frame)
         return
-    if previous == signal.SIG_IGN or _EXIT.finishing or _EXIT.terminated:
-        return  # ignored, or already on the way out: let the exit hook finish its work
+    if previous == signal.SIG_IGN:
+        return
+    runtime = OWNER.runtime
+    if _EXIT.finishing or _EXIT.terminated:
+        # Already on the way out: a second SIGTERM stops waiting for hooks (an Event's flag, set from here).
+        if runtime is not None:
+            runtime.exit_forced.set()
+        _EXIT.terminated = True
+        return
     _EXIT.terminated = True
+    if runtime is not None:
+        runtime.exit_began()  # the exit deadline counts from now
     raise SystemExit(128 + signum)

@@ -31,7 +31,6 @@ import itertools
 import json
 import os
 import re
-import stat
 import threading
 import time
 from collections import deque
@@ -54,9 +53,8 @@ from ..core._ondemand import (
 from ..core._plan import Policy
 from ..core._window import StepWindow
 from ..records._manifest import capture_record
-from ..util._files import make_folders, write_file
+from ..util._fs import Folder, walk
 from ..util._log import logger, warn_once
-from ..util._untrusted import open_regular
 from ._timeline import Timeline
 
 
@@ -148,7 +146,7 @@ class OnDemand:
         # -- progress (the poll thread's) --
         self._samples: deque[tuple[int, float]] = deque(maxlen=20)
         self._published: tuple[int | None, float] = (None, 0.0)
-        self._live_path: Path | None = None
+        self._live_name: str | None = None
         # -- anomaly watch (the training thread's) --
         self.history: deque[float] = deque(maxlen=self.auto.window if self.auto else 1)
         self._entered: tuple[int, float, bool] | None = None
@@ -230,10 +228,11 @@ class OnDemand:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
         self._thread = None
-        path = self._live_path
-        if path is not None:
-            with contextlib.suppress(OSError):
-                path.unlink()
+        name = self._live_name
+        if name is not None:
+            with contextlib.suppress(OSError), walk(self.rt.save_path, f"{MANIFEST_DIR}/{LIVE}",
+                                                    create=False) as folder:
+                folder.remove(name, _NAME)
 
     # -- the poll thread --------------------------------------------------------------------------
 
@@ -326,37 +325,43 @@ class OnDemand:
             "step": step, "period": self.period(), "time": now, "on_demand": self.on_demand,
             "decides": self.place()[1], "left": max(0, self.cap - self.accepted["trigger"]), "requests": status,
         }
-        folder = make_folders(self.rt.save_path, f"{MANIFEST_DIR}/{LIVE}")
-        path = folder / live_name(self.rt.run_id, identity.host, identity.pid)
-        write_file(path, json.dumps(data).encode())
-        if self._live_path is not None and self._live_path != path:  # the run id changed (a launcher found late)
-            with contextlib.suppress(OSError):
-                self._live_path.unlink()
-        self._live_path = path
+        name = live_name(self.rt.run_id, identity.host, identity.pid)
+        with walk(self.rt.save_path, f"{MANIFEST_DIR}/{LIVE}") as folder:  # each component: no link followed
+            folder.write(name, json.dumps(data).encode())
+            if self._live_name is not None and self._live_name != name:  # the run id changed (a launcher found late)
+                with contextlib.suppress(OSError):
+                    folder.remove(self._live_name, _NAME)
+        self._live_name = name
         self._published = (step, now)
 
     def _read(self) -> Iterable[Request]:
         """Yield the new, valid requests in the requests folder; warn once about each file refused."""
-        folder = self.root / REQUESTS
+        shown = self.root / REQUESTS
         try:
-            info = os.lstat(folder)
+            folder = walk(self.rt.save_path, f"{MANIFEST_DIR}/{REQUESTS}", create=False)
         except FileNotFoundError:
             return
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
-            warn_once(f"requests-folder:{folder}", "profctx: on-demand requests ignored: %s is %s", folder,
-                      "not a folder (a link?)" if not stat.S_ISDIR(info.st_mode)
-                      else f"owned by uid {info.st_uid}, not this process's user")
+        except OSError as exc:
+            warn_once(f"requests-folder:{shown}", "profctx: on-demand requests ignored: %s is not a folder "
+                      "(a link?): %s", shown, exc.strerror)
             return
-        # Agreed requests are read at step entries (see the module's docstring), not here.
-        names = sorted(n for n in os.listdir(folder) if n not in self.seen and not n.startswith(".")
-                       and ".agreed." not in n)
-        for name in names[:MAX_FILES_PER_POLL]:
-            self.seen.add(name)
-            try:
-                request = read_request(folder / name, folder)
-            except (OSError, RequestError) as exc:
-                self._refused_file(name, str(exc))
-                continue
+        with folder:
+            owner = os.fstat(folder.fd).st_uid
+            if owner != os.getuid():
+                warn_once(f"requests-folder:{shown}", "profctx: on-demand requests ignored: %s is owned by uid "
+                          "%d, not this process's user", shown, owner)
+                return
+            # Agreed requests are read at step entries (see the module's docstring), not here.
+            names = sorted(e.name for e in folder.entries() if e.name not in self.seen
+                           and not e.name.startswith(".") and ".agreed." not in e.name)
+            requests = []
+            for name in names[:MAX_FILES_PER_POLL]:
+                self.seen.add(name)
+                try:
+                    requests.append(read_request(folder, name))
+                except (OSError, RequestError) as exc:
+                    self._refused_file(name, str(exc))
+        for request in requests:
             if request is None:
                 continue
             if request.run is not None and request.run != self.rt.run_id:
@@ -567,11 +572,11 @@ class OnDemand:
                 cached = self._agreed_path = (key, os.fspath(self.root / REQUESTS / agreed_name(*key)))
             if not os.access(cached[1], os.F_OK):
                 return
-            folder = self.root / REQUESTS
             name = agreed_name(*key)
             self.next_agreed += 1
             try:
-                request = read_request(folder / name, folder)
+                with walk(self.rt.save_path, f"{MANIFEST_DIR}/{REQUESTS}", create=False) as folder:
+                    request = read_request(folder, name)
             except (OSError, RequestError) as exc:
                 self._refused_file(name, str(exc))
                 continue
@@ -596,8 +601,8 @@ class OnDemand:
         try:
             number = self.next_agreed
             self.next_agreed += 1
-            folder = make_folders(self.rt.save_path, f"{MANIFEST_DIR}/{REQUESTS}")
-            write_file(folder / agreed_name(self.rt.run_id, number), json.dumps(request.to_dict()).encode())
+            with walk(self.rt.save_path, f"{MANIFEST_DIR}/{REQUESTS}") as folder:
+                folder.write(agreed_name(self.rt.run_id, number), json.dumps(request.to_dict()).encode())
         except Exception as exc:  # noqa: BLE001 - the other ranks record nothing of it; this one captures
             warn_once("agreed-write", "profctx: could not tell the other ranks request %s: %s", request.id, exc)
 
@@ -745,24 +750,19 @@ def _trigger(request: Request) -> dict[str, Any]:
 # -- files (the CLI writes requests and reads progress; the poll thread the other way round) ---------
 
 
-def read_request(path: Path, folder: Path) -> Request | None:
-    """Return the request in ``path``; ``None`` for a file still being renamed into place (gone).
+def read_request(folder: Folder, name: str) -> Request | None:
+    """Return the request in the file ``name`` of the held requests folder; ``None`` for one gone meanwhile.
 
-    Refused (:class:`RequestError` or :class:`OSError`): a link, FIFO or anything but a regular
-    file of this process's user inside ``folder``; more than :data:`MAX_REQUEST_BYTES`; not a
-    valid request. Never blocks.
+    Refused (:class:`RequestError` or :class:`OSError`): a link, FIFO, hard link or anything but a
+    regular file of this process's user; more than :data:`MAX_REQUEST_BYTES`; not a valid
+    request. Never blocks.
     """
-    if not _NAME.fullmatch(path.name):
+    if not _NAME.fullmatch(name):
         raise RequestError("not a request file name (letters, digits, '.', '_', '-', ending in .json)")
     try:
-        handle = open_regular(path, folder)
+        data = folder.read(name, MAX_REQUEST_BYTES + 1, owners=(os.getuid(),))
     except FileNotFoundError:
         return None
-    with handle:
-        info = os.fstat(handle.fileno())
-        if info.st_uid != os.getuid():
-            raise RequestError(f"owned by uid {info.st_uid}, not by this process's user (uid {os.getuid()})")
-        data = handle.read(MAX_REQUEST_BYTES + 1)
     if len(data) > MAX_REQUEST_BYTES:
         raise RequestError(f"larger than {MAX_REQUEST_BYTES} bytes")
     try:
@@ -773,11 +773,12 @@ def read_request(path: Path, folder: Path) -> Request | None:
 
 
 def write_request(save_path: Path, request: Request) -> Path:
-    """Write ``request`` into ``save_path``'s requests folder (exclusive temporary, renamed); return its path."""
-    folder = make_folders(save_path, f"{MANIFEST_DIR}/{REQUESTS}")
-    path = folder / f"{request.id}.json"
-    write_file(path, json.dumps(request.to_dict()).encode())
-    return path
+    """Write ``request`` into ``save_path``'s requests folder (exclusive temporary, renamed); return its path.
+
+    Raise ``OSError`` (``ELOOP``) when a link stands where a folder on the way belongs.
+    """
+    with walk(save_path, f"{MANIFEST_DIR}/{REQUESTS}") as folder:
+        return folder.write(f"{request.id}.json", json.dumps(request.to_dict()).encode())
 
 
 def live_processes(save_path: Path, now: float, *, stale_s: float = STALE_S) -> list[dict[str, Any]]:
@@ -788,23 +789,23 @@ def live_processes(save_path: Path, now: float, *, stale_s: float = STALE_S) -> 
     """
     from ..util._identity import hostname
 
-    folder = Path(save_path) / MANIFEST_DIR / LIVE
     try:
-        names = sorted(os.listdir(folder))[:4096]
+        folder = walk(save_path, f"{MANIFEST_DIR}/{LIVE}", create=False)
     except OSError:
         return []
     host = hostname()
     found = []
-    for name in names:
-        if not _NAME.fullmatch(name):
-            continue
-        try:
-            with open_regular(folder / name, folder) as handle:
-                if os.fstat(handle.fileno()).st_uid != os.getuid():
-                    continue
-                data = json.loads(handle.read(MAX_REQUEST_BYTES))
-        except (OSError, ValueError, RecursionError):
-            continue
+    with folder:
+        names = sorted(e.name for e in folder.entries(4096))
+        loaded = []
+        for name in names:
+            if not _NAME.fullmatch(name):
+                continue
+            try:
+                loaded.append(json.loads(folder.read(name, MAX_REQUEST_BYTES, owners=(os.getuid(),))))
+            except (OSError, ValueError, RecursionError):
+                continue
+    for data in loaded:
         if not isinstance(data, dict) or data.get("profctx_live") != LIVE_VERSION:
             continue
         when, pid = data.get("time"), data.get("pid")

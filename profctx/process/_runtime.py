@@ -28,6 +28,7 @@ from ..core._window import StepWindow
 from ..records._manifest import ManifestWriter, Record
 from ..util._errors import ProfilingError
 from ..util._files import make_folders, sweep_tree
+from ..util._fs import Folder, walk
 from ..util._identity import Identity, detectable, launcher_run_id, resolve
 from ..util._log import logger, warn_once
 from ._capture import Capture, Range
@@ -70,6 +71,10 @@ class Opened:
         self.ranges: list[Range] = []
         self.closes_run = False
         self.hooks: list[tuple[Any, object]] = []
+
+
+#: Seconds between two looks at the exit deadline while an ``on_capture`` hook runs.
+HOOK_POLL_S: Final = 0.1
 
 
 class Writer:
@@ -164,6 +169,52 @@ def run_quietly(job: Callable[[], None]) -> None:
         logger.debug("profctx writer job failed: %s", exc)
 
 
+class TraceBudget:
+    """Caps the bytes of traces this process writes for one configuration: in all, and in any hour.
+
+    A capture starts only while both sums are below their caps (``max_trace_bytes``,
+    ``max_trace_bytes_per_hour``; ``None``: no cap), so a run overshoots a cap by at most the one
+    capture that crosses it. ``clock``: monotonic seconds (injected by tests).
+    """
+
+    HOUR: Final = 3600.0
+
+    def __init__(self, total: int | None, per_hour: int | None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.total = total
+        self.per_hour = per_hour
+        self.clock = clock
+        self.written = 0
+        self.in_hour = 0
+        self._recent: deque[tuple[float, int]] = deque()
+
+    def add(self, size: int) -> None:
+        """Count ``size`` bytes of trace files just written."""
+        self.written += size
+        if self.per_hour is not None:
+            self._recent.append((self.clock(), size))
+            self.in_hour += size
+
+    def refuses(self) -> str | None:
+        """Return why a capture may not start now (a cap is reached), logged once per cap; else ``None``."""
+        if self.total is not None and self.written >= self.total:
+            reason = (f"max_trace_bytes ({self.total} bytes) reached: this process wrote {self.written} bytes of "
+                      "traces in this configuration, so it starts no more captures (raise the cap, or None for none)")
+            warn_once("cap:max_trace_bytes", "profctx: %s", reason)
+            return reason
+        if self.per_hour is None:
+            return None
+        since = self.clock() - self.HOUR
+        recent = self._recent
+        while recent and recent[0][0] <= since:
+            self.in_hour -= recent.popleft()[1]
+        if self.in_hour < self.per_hour:
+            return None
+        reason = (f"max_trace_bytes_per_hour ({self.per_hour} bytes) reached: this process wrote {self.in_hour} bytes "
+                  "of traces in the last hour; captures resume as that hour's traces age out")
+        warn_once("cap:max_trace_bytes_per_hour", "profctx: %s", reason)
+        return reason
+
+
 class DiskWatch:
     """Backs off after a trace write finds the disk full; resumes when the space is back.
 
@@ -233,7 +284,7 @@ class Runtime:
         self._backend: Any = None
         self.save_path = Path(config.save_path).expanduser().absolute()
         with contextlib.suppress(OSError):  # marks a configured save_path: `profctx ls` says "no capture yet"
-            (self.save_path / MANIFEST_DIR).mkdir(parents=True, exist_ok=True)
+            make_folders(self.save_path, MANIFEST_DIR)
         named = config.run_id or os.environ.get("PROFCTX_RUN_ID")
         launched = None if named else launcher_run_id()
         self.run_id = named or (launched[0] if launched else new_run_id())
@@ -246,6 +297,11 @@ class Runtime:
         self.listeners: list[Callable[[Any], None]] = []
         self.writer = Writer()
         self.disk = DiskWatch()
+        self.traces = TraceBudget(config.max_trace_bytes, config.max_trace_bytes_per_hour)
+        #: Set by a second SIGTERM: stop waiting for ``on_capture`` hooks now (see :meth:`exit_passed`).
+        self.exit_forced = threading.Event()
+        #: When the exit began (monotonic), once seen; ``exit_timeout`` counts from there.
+        self.exit_started: float | None = None
         self._identity: Identity | None = None
         self._fallback: Identity | None = None
         #: rank_selected()'s answer for the identity it was computed for.
@@ -284,8 +340,9 @@ class Runtime:
             self.watch = self.ondemand.step_entered
             self.ondemand.start()
         #: Every step's wall time and its top-level roles' (``_timeline``), written unless ``timeline=False``.
-        self.timeline: Timeline | None = (Timeline(self, write=config.timeline, totals=config.summary_at_exit)
-                                          if config.timeline or config.summary_at_exit else None)
+        self.timeline: Timeline | None = (
+            Timeline(self, write=config.timeline, totals=config.summary_at_exit, max_bytes=config.max_timeline_bytes)
+            if config.timeline or config.summary_at_exit else None)
 
     @property
     def tool(self) -> str:
@@ -635,7 +692,15 @@ class Runtime:
     def spec_for(self, capture: Capture) -> CaptureSpec:
         """Return the backend's description of ``capture`` (creating its folder)."""
         identity = self.identity()
-        folder = make_folders(self.save_path, capture.folder)
+        at = walk(self.save_path, capture.folder)  # held until the files are written (Capture.close_folder)
+        try:
+            return self._spec(capture, identity, at)
+        except BaseException:
+            at.close()
+            raise
+
+    def _spec(self, capture: Capture, identity: Identity, at: Folder) -> CaptureSpec:
+        folder = at.path
         if not self._swept:  # temporaries that writers killed mid-write left anywhere under save_path
             self._swept = True
             root = self.save_path
@@ -670,6 +735,7 @@ class Runtime:
             compress=self.config.compress,
             metadata=metadata,
             notes=[self.tool_note] if self.tool_note else [],
+            at=at,
         )
 
     def _selection(self, identity: Identity) -> tuple[int, ...] | str:
@@ -702,18 +768,74 @@ class Runtime:
             self.submit(lambda: self.run_capture_hooks(full))
 
     def run_capture_hooks(self, full: Record) -> None:
-        """Call each ``profctx.on_capture`` hook with a finished capture's record (on the writer thread).
+        """Call each ``profctx.on_capture`` hook with a finished capture's record (from the writer thread).
 
         A hook that raises is logged once and kept in :attr:`errors`; the next hook still runs.
+        The hooks run on a daemon thread of their own that the writer waits for: without limit
+        while the program runs, and at exit (the main thread ended, or SIGTERM) at most
+        ``exit_timeout`` seconds, or until a second SIGTERM (:attr:`exit_forced`). A hook given up
+        on is logged and its capture's record is written again with a note saying so (its files
+        are written: the record says which), so the process can end.
         """
         from ..manifest import CaptureRecord  # the public record type; ``import profctx`` stays light
 
         record = CaptureRecord(full)
-        for hook in list(self.owner.capture_hooks):
+        current: list[str] = []
+        done = threading.Event()
+
+        def call() -> None:
             try:
-                hook(record)
-            except Exception as exc:  # noqa: BLE001 - a hook never breaks a capture nor training
-                self.failure(f"capture hook {getattr(hook, '__qualname__', repr(hook))}", exc, in_flight=True)
+                for hook in list(self.owner.capture_hooks):
+                    current[:] = [getattr(hook, "__qualname__", repr(hook))]
+                    try:
+                        hook(record)
+                    except Exception as exc:  # noqa: BLE001 - a hook never breaks a capture nor training
+                        self.failure(f"capture hook {current[0]}", exc, in_flight=True)
+            finally:
+                done.set()
+
+        if self.exit_passed():
+            self._hooks_not_run(full, "not run: the process was exiting and exit_timeout had passed")
+            return
+        threading.Thread(target=call, name="profctx-hooks", daemon=True).start()
+        while not done.wait(HOOK_POLL_S):
+            if self.exit_passed():
+                why = ("a second SIGTERM" if self.exit_forced.is_set()
+                       else f"exit_timeout ({self.config.exit_timeout:g} s)")
+                self._hooks_not_run(full, f"given up at exit after {why}, while hook {current[0]} still ran")
+                return
+
+    def exit_passed(self) -> bool:
+        """Whether the process is exiting and may wait no longer (``exit_timeout`` passed, or a second SIGTERM).
+
+        Exiting: the main thread has ended (Python then waits for the writer thread) or SIGTERM
+        arrived (:meth:`exit_began`). The deadline counts from the first of these that is seen.
+        """
+        if self.exit_forced.is_set():
+            return True
+        if self.exit_started is None:
+            if threading.main_thread().is_alive():
+                return False
+            self.exit_started = time.monotonic()
+        return time.monotonic() - self.exit_started >= self.config.exit_timeout
+
+    def exit_began(self) -> None:
+        """Start the exit deadline now (SIGTERM arrived); the hooks are waited for ``exit_timeout`` more seconds."""
+        if self.exit_started is None:
+            self.exit_started = time.monotonic()
+
+    def _hooks_not_run(self, full: Record, why: str) -> None:
+        """Log once and write the capture's record again, saying its ``on_capture`` hooks did not finish."""
+        note = f"on_capture hooks {why}; the capture's files are as this record lists them"
+        warn_once("hooks-abandoned", "profctx: capture %s: %s", full.get("capture"), note)
+        manifest = self._manifest
+        if manifest is None:
+            return
+        again: dict[str, Any] = dict(full)
+        again["notes"] = [*(full.get("notes") or ()), note]
+        again["hooks"] = "abandoned"
+        with contextlib.suppress(Exception):  # exit paths must not raise
+            manifest.write(again)
 
     def manifest_writer(self) -> ManifestWriter | None:
         """Return this process's manifest writer, once anything was recorded."""

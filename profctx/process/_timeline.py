@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, TextIO
 
 from ..core._layout import MANIFEST_DIR, safe
 from ..core._scope import role_parts
-from ..util._files import create, make_folders, open_folder
+from ..util._fs import walk
 from ..util._log import warn_once
 from ..util._units import seconds_text as _time
 
@@ -121,12 +121,15 @@ class Timeline:
     running totals :meth:`print_summary` prints (``summary_at_exit``).
     """
 
-    __slots__ = ("_current", "_fd", "_identity", "_names", "_written_dropped", "closed", "dropped", "due", "events",
-                 "failed", "path", "queued", "runtime", "totals", "write")
+    __slots__ = ("_bytes", "_current", "_fd", "_identity", "_names", "_written_dropped", "closed", "dropped", "due",
+                 "events", "failed", "max_bytes", "path", "queued", "runtime", "totals", "write")
 
-    def __init__(self, runtime: Host, *, write: bool, totals: bool = False) -> None:
+    def __init__(self, runtime: Host, *, write: bool, totals: bool = False, max_bytes: int | None = None) -> None:
         self.runtime = runtime
         self.write = write
+        #: ``max_timeline_bytes``: the file never grows past it (see :meth:`_append`); ``None``: no cap.
+        self.max_bytes = max_bytes
+        self._bytes = 0
         #: (role, start, end) and (step, start, end) entries waiting for the writer, in order.
         self.events: deque[tuple[Any, ...]] = deque()
         self.dropped = 0
@@ -245,6 +248,8 @@ class Timeline:
         fd = self._fd
         assert fd is not None
         data = ("\n".join(lines) + "\n").encode()
+        if self.max_bytes is not None and self._bytes + len(data) > self.max_bytes:
+            data = self._capped(lines)
         start = os.lseek(fd, 0, os.SEEK_END)
         try:
             written = os.write(fd, data)
@@ -254,31 +259,58 @@ class Timeline:
         if written != len(data):  # the disk filled up mid-batch: keep whole lines only
             os.ftruncate(fd, start + data.rfind(b"\n", 0, written) + 1)
             raise OSError(28, "No space left on device (timeline batch cut short)", self.path)
+        self._bytes += written
+
+    def _capped(self, lines: list[str]) -> bytes:
+        """Return the lines that fit under ``max_bytes``, then a ``capped`` line; stop writing from here on.
+
+        The file then says where it stops and why (``{"capped": {...}}``); later steps still reach
+        the end-of-run summary's totals. Logged once.
+        """
+        assert self.max_bytes is not None
+        room = self.max_bytes - self._bytes - 512  # the capped line's room
+        kept: list[bytes] = []
+        last = None
+        for line in lines:
+            encoded = line.encode() + b"\n"
+            if len(encoded) > room:
+                break
+            room -= len(encoded)
+            kept.append(encoded)
+            if line.startswith('{"step":'):
+                last = int(line[8:line.index(",")])
+        self.write = False
+        note = (f"max_timeline_bytes ({self.max_bytes}) reached: the steps after "
+                f"{'step ' + str(last) if last is not None else 'the last one above'} are not written to this file")
+        import json
+
+        kept.append(json.dumps({"capped": {"max_timeline_bytes": self.max_bytes, "last_step": last,
+                                           "note": note}}, separators=(",", ":")).encode() + b"\n")
+        warn_once("timeline-capped", "profctx: %s (%s)", note, self.path)
+        return b"".join(kept)
 
     def _open(self, identity: Identity) -> None:
         import json
 
         self.close()
         rt = self.runtime
-        folder = make_folders(rt.save_path, MANIFEST_DIR)
         stem = f"{safe(rt.run_id)}.{identity.tag}.{safe(identity.host)}.{identity.pid}"
-        dir_fd = open_folder(folder)
-        try:
+        with walk(rt.save_path, MANIFEST_DIR) as folder:  # no link followed below save_path
             name = stem + SUFFIX
             try:
-                fd = create(name, dir_fd=dir_fd)
+                fd = folder.create(name)
             except FileExistsError:  # taken (a planted file, a restart with the same pid): a fresh name
                 name = f"{stem}.{os.urandom(4).hex()}{SUFFIX}"
-                fd = create(name, dir_fd=dir_fd)
-        finally:
-            os.close(dir_fd)
+                fd = folder.create(name)
         self._fd = fd
         self._identity = identity
-        self.path = str(folder / name)
+        self.path = str(folder.path / name)
         header = {"v": VERSION, "schema": "profctx.timeline", "run": rt.run_id, "rank": identity.rank,
                   "world_size": identity.world_size, "group": identity.group, "host": identity.host,
                   "pid": identity.pid, "time": round(time.time(), 6)}
-        os.write(fd, (json.dumps(header, separators=(",", ":")) + "\n").encode())
+        head = (json.dumps(header, separators=(",", ":")) + "\n").encode()
+        os.write(fd, head)
+        self._bytes = len(head)
 
     def close(self) -> None:
         """Close the file (the writer's last job, or before a new identity's file)."""

@@ -28,7 +28,8 @@ from ..process._owner import OWNER
 from ..process._propagate import _config_dict
 from ..records._listing import INDEX_SUFFIX
 from ..records._manifest import failed_call
-from ..util._files import is_regular, make_folders, write_file
+from ..util._files import is_regular
+from ..util._fs import walk
 from ..util._log import logger, warn_once
 from . import _control, _worker
 from ._control import Sent
@@ -456,8 +457,8 @@ def _probe(runtime: Any) -> Path:
     except OSError:
         written = False
     if not written:  # a link planted at this predictable name is replaced, never followed
-        make_folders(runtime.save_path, MANIFEST_DIR)
-        write_file(path, b"profctx: a worker that sees this file shares the driver's save_path\n")
+        with walk(runtime.save_path, MANIFEST_DIR) as folder:  # no link followed below save_path
+            folder.write(path.name, b"profctx: a worker that sees this file shares the driver's save_path\n")
     return path
 
 
@@ -483,12 +484,13 @@ def collect(runtime: Any, members: Sequence[Member]) -> int:
                 done = member.copied.get(relative, 0)
                 if size < done or (relative.endswith(INDEX_SUFFIX) and size != done):
                     done = 0  # rewritten (a shard recreated, an index written anew at close): copied again whole
-                target.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o666)
+                with walk(root, Path(relative).parent) as folder:  # each folder: no link followed
+                    fd = os.open(Path(relative).name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW
+                                 | getattr(os, "O_CLOEXEC", 0), 0o666, dir_fd=folder.fd)
                 if not is_regular(fd) or os.fstat(fd).st_nlink != 1:  # a hard link: another file's bytes
                     os.close(fd)
                     raise ValueError(f"{relative!r} is not a regular file of its own under the save_path")
-                with open(fd, "wb") as out:  # a descriptor: nothing truncated
+                with os.fdopen(fd, "wb") as out:  # a descriptor: nothing truncated
                     out.seek(done)
                     while done < size:
                         chunk = ray.get(member.handle.__ray_call__.remote(

@@ -39,6 +39,7 @@ from typing import Any, Final
 
 from ..manifest import _STARTED, DRIVER, MAX_LINE, CaptureRecord, ManifestReader, _capture_id, _parser
 from ..util._files import create, temporary_name
+from ..util._fs import walk
 from ..util._untrusted import open_regular
 
 #: Version of the index format and of the cells it holds: raise it whenever a row's cells change.
@@ -190,6 +191,9 @@ class IndexBuilder:
     def __init__(self, shard: Path, target: Path | None = None) -> None:
         self.shard = shard
         self.target = index_path(shard) if target is None else target
+        #: The shard's folder (``.profctx/``), walked to from the save path and held: the shard is
+        #: read and the index written through it, never by path (see :mod:`profctx.util._fs`).
+        self.folder = walk(shard.parent.parent, shard.parent.name, create=False)
         self.reader = ManifestReader(shard.parent.parent, lean=True)
         #: Bytes of the shard the segments cover, and their lines.
         self.covered = 0
@@ -203,18 +207,20 @@ class IndexBuilder:
 
     def _create(self) -> int:
         """Create the index exclusively, never through a link; one found there (stale, or planted) is removed first."""
+        held = self.folder.fd
         try:
-            fd = create(self.target)
+            fd = create(self.target.name, dir_fd=held)
         except FileExistsError:
-            os.unlink(self.target)  # a link is removed, not followed
-            fd = create(self.target)
+            os.unlink(self.target.name, dir_fd=held)  # a link is removed, not followed
+            fd = create(self.target.name, dir_fd=held)
         info = os.fstat(fd)
         self._file = (info.st_dev, info.st_ino)
         return fd
 
     def checkpoint(self) -> bool:
         """Append a segment covering the shard's new whole lines, if any; return ``False`` once it cannot."""
-        with open(os.open(self.shard, os.O_RDONLY | os.O_NOFOLLOW | _CLOEXEC), "rb") as fh:
+        with os.fdopen(os.open(self.shard.name, os.O_RDONLY | os.O_NOFOLLOW | _CLOEXEC, dir_fd=self.folder.fd),
+                       "rb") as fh:
             before = max(self.covered - _TAIL, 0)
             fh.seek(before)
             data = fh.read()
@@ -271,7 +277,7 @@ class IndexBuilder:
             out = _line({"index": INDEX_VERSION, "shard": name}) + out
             fd = self._create()
         else:  # reopened by name: never through a link, and only the file created here
-            fd = os.open(self.target, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | _CLOEXEC)
+            fd = os.open(self.target.name, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | _CLOEXEC, dir_fd=self.folder.fd)
         try:
             info = os.fstat(fd)
             if ((info.st_dev, info.st_ino) != self._file or info.st_size != self._size
@@ -297,19 +303,23 @@ def write_index(shard: Path) -> bool:
     target = index_path(shard)
     temporary = target.with_name(temporary_name())
     try:
-        if shard.stat().st_size > INDEX_MAX_BYTES:
-            target.unlink(missing_ok=True)
-            return False
         builder = IndexBuilder(shard, temporary)
-        if not builder.checkpoint() or not builder.segments:
-            target.unlink(missing_ok=True)
+    except OSError:
+        return False
+    held = builder.folder
+    try:
+        if os.stat(shard.name, dir_fd=held.fd, follow_symlinks=False).st_size > INDEX_MAX_BYTES \
+                or not builder.checkpoint() or not builder.segments:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(target.name, dir_fd=held.fd)
             return False
-        os.replace(temporary, target)  # a link planted at the index's name is replaced, not followed
+        os.replace(temporary.name, target.name, src_dir_fd=held.fd, dst_dir_fd=held.fd)  # a link there is replaced
     except (OSError, ValueError):
         return False
     finally:
         with contextlib.suppress(OSError):
-            temporary.unlink(missing_ok=True)
+            os.unlink(temporary.name, dir_fd=held.fd)
+        held.close()
     return True
 
 

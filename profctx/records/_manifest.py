@@ -19,7 +19,7 @@ from typing import Any, Final, Literal, TypedDict
 
 from ..core._layout import MANIFEST_DIR, safe
 from ..core._status import Ended
-from ..util._files import make_folders
+from ..util._fs import Folder, walk
 from ..util._identity import Identity
 from ..util._log import logger, warn_once
 
@@ -149,12 +149,14 @@ def file_entries(paths: Any, save_path: Path) -> list[FileEntry]:
     return entries
 
 
-def create_shard(path: Path) -> int:
-    """Create the shard ``path`` exclusively (never through a link) for appending; return its descriptor.
+def create_shard(name: str, folder: Folder) -> int:
+    """Create the shard ``name`` in the held ``folder`` exclusively (never through a link) for appending.
 
-    Raise ``FileExistsError`` when anything is at ``path`` already: a shard is never reopened by name.
+    Return its descriptor. Raise ``FileExistsError`` when anything is there already: a shard is
+    never reopened by name.
     """
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, 0o666)
+    return os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, 0o666,
+                   dir_fd=folder.fd)
 
 
 class ManifestWriter:
@@ -273,15 +275,15 @@ class ManifestWriter:
             self._index = False  # the index covers bytes of the shard that is gone: close() writes it anew
             warn_once(f"manifest-gone:{self.path}", "profctx: the manifest %s was deleted; writing a new one",
                       self.path)
-        make_folders(self.save_path, MANIFEST_DIR)
-        try:
-            self._fd = create_shard(self.path)
-        except FileExistsError:
-            # Taken (a link or file planted at a name others can predict, or a process of the same run
-            # id and pid before a restart): this process's records go to a fresh shard of its own.
-            stem = self.path.name.removesuffix(SUFFIX)
-            self.path = self.path.with_name(f"{stem}.{os.urandom(4).hex()}{SUFFIX}")
-            self._fd = create_shard(self.path)
+        with walk(self.save_path, MANIFEST_DIR) as folder:  # no link followed below save_path
+            try:
+                self._fd = create_shard(self.path.name, folder)
+            except FileExistsError:
+                # Taken (a link or file planted at a name others can predict, or a process of the same run
+                # id and pid before a restart): this process's records go to a fresh shard of its own.
+                stem = self.path.name.removesuffix(SUFFIX)
+                self.path = self.path.with_name(f"{stem}.{os.urandom(4).hex()}{SUFFIX}")
+                self._fd = create_shard(self.path.name, folder)
         return self._fd
 
     def _failed(self, exc: OSError) -> None:

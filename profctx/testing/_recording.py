@@ -82,7 +82,8 @@ class RecordingBackend:
 
         def write() -> Sequence[Path]:
             final = spec.folder / f"{spec.stem}.recording.json"
-            write_file(final, json.dumps({"metadata": spec.metadata, "ranges": ranges, "markers": markers}).encode())
+            write_file(final, json.dumps({"metadata": spec.metadata, "ranges": ranges, "markers": markers}).encode(),
+                       at=spec.at)
             return (final,)
 
         return write
