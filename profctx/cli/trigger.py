@@ -19,6 +19,7 @@ from typing import Any
 
 from ..core._layout import MANIFEST_DIR
 from ..core._ondemand import MAX_REQUEST_STEPS, Progress, Request, RequestError, first_step
+from ..core._vocab import MODES
 from ..process._ondemand import REQUESTS, STALE_S, live_processes, write_request
 from ._common import FINDINGS, OK, UsageError, guarded
 
@@ -41,7 +42,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("dir", metavar="DIR", help="the save_path of the live run")
     parser.add_argument("--steps", type=int, required=True, metavar="N",
                         help=f"how many consecutive steps to profile (1 to {MAX_REQUEST_STEPS})")
-    parser.add_argument("--mode", choices=("step", "role"), help="one capture per step, or per role "
+    parser.add_argument("--mode", choices=MODES, help="one capture per step, or per role "
                         "(default: the run's mode)")
     parser.add_argument("--roles", metavar="R1,R2", help="role names or fnmatch patterns to capture or draw "
                         "(default: the run's roles)")

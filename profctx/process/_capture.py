@@ -7,7 +7,6 @@ backend session is always stopped, and the capture is recorded as ``interrupted`
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from ..core._layout import capture_folder
 from ..core._plan import CaptureKey
 from ..core._status import HOLDING, State
 from ..records._manifest import Record, Status, capture_record, file_entries
+from ..util._identity import capture_id
 from ..util._log import logger
 
 
@@ -98,7 +98,7 @@ class Capture:
     )
 
     def __init__(self, runtime: Runtime, key: CaptureKey, seq: int) -> None:
-        self.id = os.urandom(6).hex()  # random like uuid4's first 48 bits, without importing uuid
+        self.id = capture_id()
         self.runtime = runtime
         self.key = key
         self.seq = seq
