@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import socket
-import time
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from profctx import profile_step
 from profctx.engines import SGLangHttpAdapter, VLLMHttpAdapter, attach, stop_all
@@ -36,18 +38,34 @@ def test_unreachable_server_training_continues_and_manifest_records_it(tmp_path:
 
 
 def test_sync_starts_run_concurrently(tmp_path: Path) -> None:
-    servers = [VLLMServer("0.33", str(tmp_path / f"t{i}"), start_delay=0.4) for i in range(3)]
+    # Each server's start answers only once all three were asked: started one after another, the
+    # first would wait for the others, which would never be sent, and the barrier breaks (after
+    # a minute) so every start fails. Concurrency is what passes; load only makes it slower.
+    arrived = threading.Barrier(3, timeout=60)
+    servers = [VLLMServer("0.33", str(tmp_path / f"t{i}")) for i in range(3)]
+    for server in servers:
+        server.engine.start_profile = _after(arrived, server.engine.start_profile)  # type: ignore[method-assign]
     try:
         configure(tmp_path, engines={"replicas": "all"})
         attach(*(VLLMHttpAdapter(s.url, replica=i, version="0.33.0") for i, s in enumerate(servers)))
-        t0 = time.monotonic()
         with profile_step(1), profile_step(role="rollout"):
-            elapsed = time.monotonic() - t0
-        assert elapsed < 1.0  # three 0.4 s starts, concurrently
+            pass
+        assert not arrived.broken
+        assert sorted((r["replica"], r["status"]) for r in engine_records(tmp_path)) == [(0, "ok"), (1, "ok"),
+                                                                                        (2, "ok")]
         assert [s.engine.stop_calls for s in servers] == [1, 1, 1]
     finally:
         for s in servers:
             s.close()
+
+
+def _after(barrier: threading.Barrier, start: Callable[..., Any]) -> Callable[..., Any]:
+    """Return ``start``, called once ``barrier`` has as many waiting as it has parties."""
+    def wait_then_start(*args: Any, **kwargs: Any) -> Any:
+        barrier.wait()
+        return start(*args, **kwargs)
+
+    return wait_then_start
 
 
 def test_stop_all_stops_what_is_open(tmp_path: Path) -> None:
