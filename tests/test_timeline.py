@@ -4,7 +4,7 @@ thread.
 Runs are real: a capture inside the run, real files read back by the reader the CLI uses, real
 subprocesses for a crash and for the exit summary. Where a test checks the times written, the
 clock the blocks read is the test's own (:class:`FakeClock`), moved by the test instead of sleeping,
-so the times are exact and a loaded machine cannot move them.
+so the times are exact and a loaded machine cannot move them (``fake_clock``, tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -20,35 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakeclock import FakeClock
 
 import profctx
 from profctx.analysis._timeline import files, read
 from profctx.backends.noop import NoopBackend
-from profctx.process import _block, _steps, _timeline
 from profctx.process._owner import OWNER
 from profctx.process._timeline import FLUSH_EVENTS, FLUSH_S, MAX_EVENTS
-
-
-class FakeClock:
-    """The monotonic clock blocks read (``process._timeline.clock``), moved only by the test."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-@pytest.fixture
-def fake_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    clock = FakeClock()
-    monkeypatch.setattr(_timeline, "clock", clock)
-    monkeypatch.setattr(_block, "_clock", clock)
-    monkeypatch.setattr(_steps, "_clock", clock)
-    return clock
 
 
 def _taking(seconds: float, clock: FakeClock, method: Any) -> Any:

@@ -49,6 +49,7 @@ from ..util._files import make_folders, write_file
 from ..util._identity import capture_id
 from ..util._log import logger, warn_once
 from ..util._untrusted import open_regular
+from . import _timeline
 from ._timeline import Timeline
 
 
@@ -420,7 +421,7 @@ class OnDemand:
         previous = self._entered
         if auto is None or (previous is not None and previous[0] == step):
             return
-        now = time.perf_counter()
+        now = _timeline.clock()  # the clock blocks and the timeline read (a test may set its own)
         rt = self.rt
         if auto.role is not None:
             self.read_roles()
