@@ -13,7 +13,7 @@ from profctx.engines import SGLangHttpAdapter, VLLMHttpAdapter, attach, stop_all
 from profctx.engines._base import Scope
 
 from .conftest import configure, engine_records
-from .doubles.servers import VLLMServer
+from .doubles.servers import VLLMServer, gated
 
 
 def _closed_port() -> int:
@@ -83,12 +83,15 @@ def test_stop_all_stops_what_is_open(tmp_path: Path) -> None:
 
 
 def test_stop_all_at_exit_stops_a_start_that_answered_late(tmp_path: Path) -> None:
-    server = VLLMServer("0.33", str(tmp_path / "t"), start_delay=0.5)
+    server = VLLMServer("0.33", str(tmp_path / "t"))
+    released = threading.Event()  # the engine's start answers when the test says, after start_timeout
+    server.engine.start_profile = gated(released, server.engine.start_profile)  # type: ignore[method-assign]
     try:
         configure(tmp_path, engines={"start_timeout": 0.1})
         adapter = VLLMHttpAdapter(server.url, version="0.33.0")
         attach(adapter)
         assert adapter.start_sync(Scope(1, ("rollout",))) is False
+        released.set()
         stop_all()  # what the exit hook runs
         assert not adapter.settling
         assert server.engine.stop_calls == 1 and not server.engine.session_active

@@ -192,3 +192,12 @@ def wait_until(predicate: Any, timeout: float = 5.0) -> bool:
             return True
         time.sleep(0.01)
     return bool(predicate())
+
+
+def gated(gate: threading.Event, call: Any) -> Any:
+    """Return ``call``, made to run only once ``gate`` is set (a test's release, in place of a sleep)."""
+    def when_released(*args: Any, **kwargs: Any) -> Any:
+        gate.wait(600)
+        return call(*args, **kwargs)
+
+    return when_released
