@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from fakeclock import FakeClock, install
 
 import profctx
 from profctx.testing import RecordingBackend
@@ -19,3 +20,9 @@ def _reset_profctx(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     RecordingBackend.clear()
     yield
     profctx.reset()
+
+
+@pytest.fixture
+def fake_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """The clock profctx times steps and roles with, moved by the test instead of sleeping (``tests/fakeclock.py``)."""
+    return install(monkeypatch)

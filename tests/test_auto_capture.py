@@ -1,4 +1,8 @@
-"""Capture on anomaly: the rule (Hypothesis), and a run whose step 12 is slow captures step 13, with its reason."""
+"""Capture on anomaly: the rule (Hypothesis), and a run whose step 12 is slow captures step 13, with its reason.
+
+The in-process runs move the clock profctx times steps with (``fake_clock``) instead of sleeping:
+a slow step is slow by exactly what the test says, and a loaded machine makes no other step slow.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,10 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
+from fakeclock import FakeClock
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -47,35 +51,37 @@ def test_the_reason_says_which_step_how_much_slower_and_against_what() -> None:
     assert reason(5, 0.05, 0.01, 10, role="rollout").startswith("role rollout in step 5 took 5.0\u00d7")
 
 
-def run_loop(steps: int, slow: dict[int, float], pause: float = 0.03) -> None:
+def run_loop(clock: FakeClock, steps: int, slow: dict[int, float], pause: float = 0.03) -> None:
     for step in range(1, steps + 1):
         with profctx.profile_step(step), profctx.profile_step(role="rollout"):
-            time.sleep(pause + slow.get(step, 0.0))
+            clock.advance(pause + slow.get(step, 0.0))
+        # A capture's files are written by then, as in a loop whose steps outlast the writing: a step
+        # while they are written is not judged, and with no real time passing the writer could lag.
+        assert profctx.flush(timeout=600)
 
 
-def test_a_slow_step_yields_one_capture_of_the_next_step_with_its_reason(tmp_path: Path,
-                                                                         caplog: pytest.LogCaptureFixture) -> None:
+def test_a_slow_step_yields_one_capture_of_the_next_step_with_its_reason(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, fake_clock: FakeClock) -> None:
     profctx.configure(save_path=tmp_path, tool="torch", compress=False,
                       auto_capture={"factor": 10.0, "window": 10, "max_captures": 3})
     with caplog.at_level("WARNING", logger="profctx"):
-        run_loop(30, {12: 1.0})
+        run_loop(fake_clock, 30, {12: 1.0})
     profctx.flush()
     captures = read(tmp_path)
     assert [(r.kind, r.steps, r.status) for r in captures] == [("step", (13,), "ok")]
     trigger = captures[0].trigger
     assert trigger is not None
     assert trigger["origin"] == "anomaly" and trigger["first"] == 13 and trigger["count"] == 1
-    assert re.fullmatch(r"step 12 took \d+\.\d\u00d7 the median of the last 10 steps \(\d+\.\d\d s vs \d+\.\d ms\)",
-                        trigger["reason"]), trigger["reason"]
+    assert trigger["reason"] == "step 12 took 34.3\u00d7 the median of the last 10 steps (1.03 s vs 30.0 ms)"
     assert f"auto capture: {trigger['reason']}" in captures[0].notes
     assert captures[0].files and all((tmp_path / f.path).is_file() for f in captures[0].files)
     assert [m for m in caplog.messages if "capturing step 13" in m]
 
 
-def test_nothing_is_judged_before_a_full_window_and_the_cap_holds(tmp_path: Path) -> None:
+def test_nothing_is_judged_before_a_full_window_and_the_cap_holds(tmp_path: Path, fake_clock: FakeClock) -> None:
     profctx.configure(save_path=tmp_path, tool="noop", auto_capture={"factor": 10.0, "window": 10, "max_captures": 2})
     # Step 5 is slow but only 4 steps are known: not judged. Steps 14, 17 and 20 are slow: the cap takes two.
-    run_loop(24, {5: 0.6, 14: 0.6, 17: 0.6, 20: 0.6}, pause=0.03)
+    run_loop(fake_clock, 24, {5: 0.6, 14: 0.6, 17: 0.6, 20: 0.6}, pause=0.03)
     profctx.flush()
     captured = [r.steps for r in read(tmp_path)]
     assert captured == [(15,), (18,)]
@@ -123,20 +129,20 @@ def test_ranks_without_ray_capture_the_step_rank_0_chose(tmp_path: Path) -> None
     assert by_rank[0] == by_rank[1] == [(judged + 2,)], (by_rank, errors)
 
 
-def test_steps_marked_by_callbacks_are_watched_too(tmp_path: Path) -> None:
+def test_steps_marked_by_callbacks_are_watched_too(tmp_path: Path, fake_clock: FakeClock) -> None:
     profctx.configure(save_path=tmp_path, tool="noop", auto_capture={"factor": 10.0, "window": 6, "max_captures": 1})
     steps = profctx.Steps()
     for step in range(1, 16):
         steps.begin(step)
-        time.sleep(0.6 if step == 9 else 0.03)
+        fake_clock.advance(0.6 if step == 9 else 0.03)
         steps.end()
     profctx.flush()
     assert [r.steps for r in read(tmp_path)] == [(10,)]
 
 
 @pytest.mark.parametrize("every_step", [False, True])
-def test_a_watched_role_that_is_slow_yields_one_capture_of_the_next_step(tmp_path: Path, every_step: bool,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_watched_role_that_is_slow_yields_one_capture_of_the_next_step(
+        tmp_path: Path, every_step: bool, monkeypatch: pytest.MonkeyPatch, fake_clock: FakeClock) -> None:
     if every_step:  # the timeline hands its entries to the writer at every step's end, as for steps of minutes
         monkeypatch.setattr("profctx.process._timeline.FLUSH_S", 0.0)
     profctx.configure(save_path=tmp_path, tool="noop",
@@ -144,9 +150,9 @@ def test_a_watched_role_that_is_slow_yields_one_capture_of_the_next_step(tmp_pat
     for step in range(1, 25):
         with profctx.profile_step(step):
             with profctx.profile_step(role="rollout"):
-                time.sleep(0.6 if step == 12 else 0.03)
+                fake_clock.advance(0.6 if step == 12 else 0.03)
             with profctx.profile_step(role="train"):
-                time.sleep(0.6 if step == 6 else 0.03)  # slow too, but not watched
+                fake_clock.advance(0.6 if step == 6 else 0.03)  # slow too, but not watched
     profctx.flush()
     captures = read(tmp_path)
     assert [r.steps for r in captures] == [(13,)]

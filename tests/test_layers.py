@@ -1,7 +1,11 @@
 """The layers of docs/architecture.md, held against the real imports of every module.
 
 Every import counts: at module level, under ``if TYPE_CHECKING:`` and inside functions (a late
-import is still a dependency, and a circle it closes is still a circle). A module may import
+import is still a dependency, and a circle it closes is still a circle), and so do string
+imports: a ``"profctx.x.y"`` or ``"profctx.x.y:Name"`` string naming a module of the package (a
+registration imported on use), the name given to ``importlib.import_module`` or ``__import__``
+(relative ones too), and a ``sys.modules`` look-up (``.get``, ``[...]``, ``in``): a module found
+there is used, whoever imported it. A module may import
 its own layer and the layers below; the arrows listed in ``FORBIDDEN`` must never exist even
 within the top layer; and no cycle may form. The architecture page's module table names every
 module of the package, and nothing else.
@@ -74,8 +78,81 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
+#: A string that names a module of the package, or an attribute of one (``"profctx.backends.torch:TorchBackend"``).
+_MODULE_STRING = re.compile(r"profctx(?:\.\w+)+(?::\w+)?")
+#: A relative module name, as ``importlib.import_module(name, __name__)`` takes one.
+_RELATIVE_STRING = re.compile(r"\.+\w+(?:\.\w+)*")
+#: Kind of an edge found in a string: counted exactly (the name must be a module), never by prefix.
+STRING = "string"
+
+
+def _call_name(node: ast.Call) -> str:
+    func = node.func
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _is_sys_modules(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "modules" and isinstance(node.value, ast.Name)
+            and node.value.id == "sys")
+
+
+def string_imports(tree: ast.AST, name: str, package: str) -> Iterator[tuple[str, int]]:
+    """Yield (module name, line) for every string import in ``tree`` (see the module docstring).
+
+    ``name``, ``package``: the module's ``__name__`` and ``__package__``, what a relative name given
+    to ``import_module`` with either is relative to. Names are yielded as written (less any
+    ``:Name``); the caller keeps those that are modules of the package.
+    """
+    def absolute(text: str, anchor: str = package) -> str:
+        if not text.startswith("."):
+            return text.partition(":")[0]
+        level = len(text) - len(text.lstrip("."))
+        base = anchor.split(".")
+        return ".".join([*base[: len(base) - (level - 1)], text[level:]])
+
+    def anchor_of(node: ast.AST | None) -> str | None:
+        if isinstance(node, ast.Name) and node.id in ("__name__", "__package__"):
+            return name if node.id == "__name__" else package
+        return None
+
+    relative_anchor: str | None = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _call_name(node) in ("import_module", "__import__") and node.args:
+            anchor = anchor_of(node.args[1] if len(node.args) > 1 else next(
+                (k.value for k in node.keywords if k.arg == "package"), None))
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                if not first.value.startswith("."):
+                    yield absolute(first.value), node.lineno
+                elif anchor is not None:
+                    yield absolute(first.value, anchor), node.lineno
+            elif anchor is not None:
+                relative_anchor = anchor  # a name held elsewhere in the module: its relative strings count
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+              and _is_sys_modules(node.func.value) and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str)):
+            yield node.args[0].value, node.lineno
+        elif (isinstance(node, ast.Subscript) and _is_sys_modules(node.value) and isinstance(node.slice, ast.Constant)
+              and isinstance(node.slice.value, str)):
+            yield node.slice.value, node.lineno
+        elif (isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn))
+              and _is_sys_modules(node.comparators[0]) and isinstance(node.left, ast.Constant)
+              and isinstance(node.left.value, str)):
+            yield node.left.value, node.lineno
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _MODULE_STRING.fullmatch(node.value):
+            yield absolute(node.value), node.lineno
+    if relative_anchor is not None:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and _RELATIVE_STRING.fullmatch(
+                    node.value):
+                yield absolute(node.value, relative_anchor), node.lineno
+
+
 def imports(source: str, name: str, is_package: bool) -> Iterator[tuple[str, str, int]]:
-    """Yield (imported name, kind, line) for every import in ``source``: module, type or function level."""
+    """Yield (imported name, kind, line) for every import in ``source``: module, type or function level, or string.
+
+    A string import's name is exact (kind :data:`STRING`): it counts only if it is a module.
+    """
     package = name if is_package else name.rpartition(".")[0]
 
     def resolve(level: int, module: str | None) -> str:
@@ -104,7 +181,10 @@ def imports(source: str, name: str, is_package: bool) -> Iterator[tuple[str, str
             else:
                 yield from visit(child, kind)
 
-    yield from visit(ast.parse(source), "module")
+    tree = ast.parse(source)
+    yield from visit(tree, "module")
+    for target, line in string_imports(tree, name, package):
+        yield target, STRING, line
 
 
 def edges(paths: dict[str, Path]) -> dict[str, dict[str, tuple[str, int]]]:
@@ -118,7 +198,7 @@ def edges(paths: dict[str, Path]) -> dict[str, dict[str, tuple[str, int]]]:
     for name, path in paths.items():
         found: dict[str, tuple[str, int]] = {}
         for target, kind, line in imports(path.read_text(), name, path.name == "__init__.py"):
-            if not target.startswith("profctx"):
+            if not target.startswith("profctx") or (kind == STRING and target not in paths):
                 continue
             while target and target not in paths:
                 target = target.rpartition(".")[0]
@@ -212,6 +292,8 @@ def _graph_of(sources: dict[str, str]) -> dict[str, dict[str, tuple[str, int]]]:
     for name, source in sources.items():
         found: dict[str, tuple[str, int]] = {}
         for target, kind, line in imports(source, name, False):
+            if kind == STRING and target not in paths:
+                continue
             while target and target not in paths:
                 target = target.rpartition(".")[0]
             if target and target != name:
@@ -233,6 +315,39 @@ def test_the_check_sees_every_kind_of_import(where: str) -> None:
     found = violations(graph)
     assert len(found) == 1 and f"({where}) imports profctx.process._owner" in found[0]
     assert find_cycle({k: set(v) for k, v in graph.items()}) is not None
+
+
+@pytest.mark.parametrize("where", ["registration", "module string", "import_module", "relative import_module",
+                                   "relative name held apart", "__import__", "sys.modules.get", "sys.modules[]",
+                                   "in sys.modules"])
+def test_the_check_sees_every_kind_of_string_import(where: str) -> None:
+    # What the issue found: the backends layer registering "profctx.testing._recording:RecordingBackend",
+    # and reset() reaching modules through sys.modules. Each spelling is an arrow, and closes a cycle.
+    statement = {
+        "registration": '_REGISTRY = {"x": "profctx.process._owner:OWNER"}\n',
+        "module string": 'COMMANDS = {"x": "profctx.process._owner"}\n',
+        "import_module": 'import importlib\ndef f():\n    return importlib.import_module("profctx.process._owner")\n',
+        "relative import_module": ('import importlib\ndef f():\n'
+                                   '    return importlib.import_module("..process._owner", __package__)\n'),
+        "relative name held apart": ('import importlib\nWHERE = {"OWNER": "..process._owner"}\n'
+                                     'def f(n):\n    return importlib.import_module(WHERE[n], __package__)\n'),
+        "__import__": 'def f():\n    return __import__("profctx.process._owner")\n',
+        "sys.modules.get": 'import sys\ndef f():\n    return sys.modules.get("profctx.process._owner")\n',
+        "sys.modules[]": 'import sys\ndef f():\n    return sys.modules["profctx.process._owner"]\n',
+        "in sys.modules": 'import sys\ndef f():\n    return "profctx.process._owner" in sys.modules\n',
+    }[where]
+    graph = _graph_of({"profctx.core._scope": statement, "profctx.process._owner": "from ..core._scope import x\n"})
+    found = violations(graph)
+    assert len(found) == 1 and "(string) imports profctx.process._owner" in found[0], found
+    assert find_cycle({k: set(v) for k, v in graph.items()}) is not None
+
+
+def test_a_string_that_names_no_module_is_no_arrow() -> None:
+    # Schema names, context variable names and docstrings that mention a module are not imports.
+    source = ('"""Read by profctx.process._owner."""\nSCHEMA = "profctx.timeline"\nNAME = "profctx.scope"\n'
+              'LOGGER = "profctx"\nWHERE = "..process._owner"\n')
+    graph = _graph_of({"profctx.core._scope": source, "profctx.process._owner": "", "profctx.timeline_x": ""})
+    assert graph["profctx.core._scope"] == {}
 
 
 def test_a_forbidden_arrow_in_the_top_layer_is_reported() -> None:
@@ -277,7 +392,7 @@ import profctx
 from profctx.backends import register
 logging.basicConfig(level=logging.ERROR, stream=sys.stdout, format="%(message)s")
 if sys.argv[1] == "registered":
-    register("mine", "profctx.testing._recording:RecordingBackend")
+    register("mine", "profctx.backends.recording:RecordingBackend")
 snapshot = json.loads(sys.argv[2])
 with profctx.adopt(snapshot) as scope:
     print("configured", profctx.is_configured(), scope.step)

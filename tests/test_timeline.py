@@ -1,8 +1,10 @@
 """The always-on step timeline: every step and its top-level roles, written beside the manifest, off the training
 thread.
 
-Runs are real: real sleeps timed by the test itself, a capture inside the run, real
-files read back by the reader the CLI uses, real subprocesses for a crash and for the exit summary.
+Runs are real: a capture inside the run, real files read back by the reader the CLI uses, real
+subprocesses for a crash and for the exit summary. Where a test checks the times written, the
+clock the blocks read is the test's own (:class:`FakeClock`), moved by the test instead of sleeping,
+so the times are exact and a loaded machine cannot move them (``fake_clock``, tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -15,46 +17,60 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from fakeclock import FakeClock
 
 import profctx
 from profctx.analysis._timeline import files, read
+from profctx.backends.noop import NoopBackend
 from profctx.process._owner import OWNER
 from profctx.process._timeline import FLUSH_EVENTS, FLUSH_S, MAX_EVENTS
 
-#: Allowed gap between a time the timeline wrote and the test's own timer around the same code (a loaded
-#: machine may deschedule the test between its timer and the block's own clock reads).
-TOLERANCE_S = 0.005
+
+def _taking(seconds: float, clock: FakeClock, method: Any) -> Any:
+    """Return ``method``, made to take ``seconds`` of ``clock``'s time before it runs."""
+    def slow(self: Any, *args: Any) -> Any:
+        clock.advance(seconds)
+        return method(self, *args)
+
+    return slow
 
 
-def _steps(save_path: Path) -> dict[int, dict[str, tuple[float, int]]]:
+def _steps_of(save_path: Path) -> dict[int, dict[str, tuple[float, int]]]:
     (process,) = read(save_path).processes
     return {step: entry.roles for step, entry in process.steps.items()}
 
 
-def test_a_30_step_run_lists_every_step_with_role_times_matching_the_tests_own_timers(tmp_path: Path) -> None:
-    # Step 5 is captured (the noop backend: the same capture path as torch's, without its seconds of start-up).
+def test_a_30_step_run_lists_every_step_with_role_times_matching_the_tests_own_timers(
+    tmp_path: Path, fake_clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Step 5 is captured (the noop backend: the same capture path as torch's, without its seconds of
+    # start-up); its start and stop take a whole (fake) second each, which the step's time must leave out.
+    for name in ("start", "stop"):
+        monkeypatch.setattr(NoopBackend, name, _taking(1.0, fake_clock, getattr(NoopBackend, name)))
     profctx.configure(save_path=str(tmp_path), steps=[5], tool="noop", warmup=False)
     mine: dict[int, dict[str, float]] = {}
     step_times: dict[int, float] = {}
     for step in range(1, 31):
         with profctx.profile_step(step):
-            begin = time.monotonic()
+            begin = fake_clock.now
             spent: dict[str, float] = {}
-            t0 = time.monotonic()
+            t0 = fake_clock.now
             with profctx.profile_step(role="rollout"):
-                time.sleep(0.004)
+                fake_clock.advance(0.004 * step)
                 with profctx.profile_step(role="reward"):  # nested: folds into rollout
-                    time.sleep(0.001)
-            spent["rollout"] = time.monotonic() - t0
-            t0 = time.monotonic()
-            for _ in range(2):  # repeated: sums (one block alone would be off by more than the tolerance)
+                    fake_clock.advance(0.001)
+            spent["rollout"] = fake_clock.now - t0
+            fake_clock.advance(0.002)  # between two roles: the step's, no role's
+            t0 = fake_clock.now
+            for _ in range(2):  # repeated: sums
                 with profctx.profile_step(role="train"):
-                    time.sleep(0.006)
-            spent["train"] = time.monotonic() - t0
+                    fake_clock.advance(0.006)
+            spent["train"] = fake_clock.now - t0
             mine[step] = spent
-            step_times[step] = time.monotonic() - begin
+            step_times[step] = fake_clock.now - begin
     profctx.reset()
 
     (process,) = read(tmp_path).processes
@@ -64,9 +80,10 @@ def test_a_30_step_run_lists_every_step_with_role_times_matching_the_tests_own_t
         assert set(entry.roles) == {"rollout", "train"}
         assert entry.roles["rollout"][1] == 1 and entry.roles["train"][1] == 2
         for role, (seconds, _) in entry.roles.items():
-            assert abs(seconds - mine[step][role]) < TOLERANCE_S, (step, role, seconds, mine[step][role])
+            assert seconds == pytest.approx(mine[step][role], abs=1e-6), (step, role, seconds, mine[step][role])
         # The step's own time is its body: the capture's start and stop (step 5) are not in it.
-        assert abs(entry.time_s - step_times[step]) < TOLERANCE_S, (step, entry.time_s, step_times[step])
+        assert entry.time_s == pytest.approx(step_times[step], abs=1e-6), (step, entry.time_s, step_times[step])
+        # The wall-clock start: this run's, to within the seconds the fake clock moved (a generous bound).
         assert entry.start is not None and abs(entry.start - time.time()) < 120
 
 
@@ -134,7 +151,7 @@ def test_steps_begin_end_and_async_blocks_are_timed(tmp_path: Path) -> None:
 
     asyncio.run(loop())
     profctx.reset()
-    found = _steps(tmp_path)
+    found = _steps_of(tmp_path)
     assert sorted(found) == [1, 2, 3, 4, 5, 10, 11]
     for step in (1, 2, 3):
         assert set(found[step]) == {"generate", "score"}
@@ -169,7 +186,7 @@ def test_a_step_with_very_many_role_blocks_is_folded_as_it_goes(tmp_path: Path) 
             with profctx.profile_step(role="micro" if i % 2 else "macro/inner"):
                 pass
     profctx.reset()
-    roles = _steps(tmp_path)[1]
+    roles = _steps_of(tmp_path)[1]
     assert set(roles) == {"micro", "macro"} and roles["micro"][1] + roles["macro"][1] == blocks
 
 
@@ -191,22 +208,23 @@ def test_a_writer_that_falls_behind_drops_what_waits_and_counts_it(tmp_path: Pat
     assert sorted(process.steps) == list(range(MAX_EVENTS, MAX_EVENTS + extra))
 
 
-def test_summary_at_reset_prints_phases_per_step(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_summary_at_reset_prints_phases_per_step(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                 fake_clock: FakeClock) -> None:
     profctx.configure(save_path=str(tmp_path), steps=[10**6], tool="noop", warmup=False, timeline=False,
                       summary_at_exit=True)
     for step in range(1, 11):
         with profctx.profile_step(step):
             with profctx.profile_step(role="rollout"):
-                time.sleep(0.003)
+                fake_clock.advance(0.003)
             with profctx.profile_step(role="train"):
-                time.sleep(0.001)
+                fake_clock.advance(0.001)
     profctx.reset()
     err = capsys.readouterr().err
     assert "profctx: phases per step, rank 0 of 1" in err and "10 steps (1..10)" in err
     lines = {line.split()[0]: line.split() for line in err.splitlines() if line.startswith("  ")}
     assert lines["rollout"][-2] == "10" and lines["train"][-2] == "10"
     share = float(lines["rollout"][-1].rstrip("%"))
-    assert 40 < share < 90  # 3 of about 4 ms per step
+    assert share == pytest.approx(75, abs=1)  # 3 of 4 ms per step
     assert files(tmp_path) == []  # timeline=False: the totals are kept, no file written
 
 

@@ -4,21 +4,25 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any
+from typing import Any, Final
 
+from ..core._vocab import Tool
 from ._base import Backend, CaptureSpec, Finish, check_config, installed, no_files
 
 __all__ = ["Backend", "CaptureSpec", "Finish", "backend_class", "check_config", "choose_tool", "known", "no_files",
            "register", "resolve_tool"]
 
-_REGISTRY: dict[str, str | type[Any]] = {
+#: The backends profctx ships (``core._vocab.Tool`` names them; ``tests/test_vocabulary.py`` checks both
+#: list the same), each imported on first use.
+BUILTIN: Final[dict[Tool, str]] = {
     "torch": "profctx.backends.torch:TorchBackend",
     "noop": "profctx.backends.noop:NoopBackend",
-    "recording": "profctx.testing._recording:RecordingBackend",
+    "recording": "profctx.backends.recording:RecordingBackend",
     "npu": "profctx.backends.npu:NpuBackend",
     "nsys": "profctx.backends.nsys:NsysBackend",
     "torch_memory": "profctx.backends.torch_memory:TorchMemoryBackend",
 }
+_REGISTRY: dict[str, str | type[Any]] = {name: where for name, where in BUILTIN.items()}
 
 
 def register(name: str, backend: str | type[Any]) -> None:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 
 from ..core._oracle import blocks_of, simulate
 from ..core._plan import Policy
+from ..core._vocab import assert_never
 from ..util._errors import ConfigError, one_of
 from ..util._files import write_file
 from ..util._log import warn_once
@@ -239,8 +240,11 @@ def capture_ranges(config: ProfilerConfig, roles_per_step: RolesPerStep = None, 
         return 0
     policy = Policy.of(config, selected=True)
     steps = list(config.steps or ())
-    if config.mode == "step":
+    mode = config.mode
+    if mode == "step":
         return len(simulate(policy, steps))
+    elif mode != "role":
+        assert_never(mode)
     given = roles_per_step if roles_per_step is not None else config.tool_options.get("roles_per_step")
     per_step = _roles_of(_roles_per_step(given, field="roles_per_step"), group)
     if isinstance(per_step, int):

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 from ..util._errors import ConfigError, one_of
 from ..util._files import replacing
 from ..util._fs import walk
+from ..util._resets import on_reset
 from ._base import CaptureSpec, Finish, named_unselected, torch_cuda_built, torch_version
 
 if TYPE_CHECKING:
@@ -198,6 +199,7 @@ _oom_folder: Path | None = None
 _observing: list[bool] = []
 
 
+@on_reset
 def reset() -> None:
     """Stop writing OOM snapshots (``profctx.reset()``); the attached observer then does nothing."""
     global _oom_folder

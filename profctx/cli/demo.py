@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from ..core._vocab import MODES
 from ..util._errors import ConfigError
 from ._common import FINDINGS, OK, USAGE, size, table
 
@@ -22,7 +23,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--steps", type=int, default=4, help="number of loop steps (default 4)")
     parser.add_argument("--window", default="2:4", help="steps to profile, e.g. '2:4' or '1,3' (default 2:4)")
-    parser.add_argument("--mode", default="role", choices=("role", "step"),
+    parser.add_argument("--mode", default="role", choices=MODES,
                         help="one capture per role block, or per step (default role)")
     parser.add_argument("--ranks", default="all", help="ranks to profile: 'all' or e.g. '0' (default all)")
     parser.add_argument("--save-path", default="./profctx-demo", help="where traces go (default ./profctx-demo)")

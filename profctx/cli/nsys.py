@@ -10,6 +10,7 @@ from typing import Any
 
 from ..backends import nsys
 from ..core._config import ProfilerConfig, load_config
+from ..core._vocab import MODES, assert_never
 from ..util._errors import ConfigError
 
 OK = 0
@@ -31,7 +32,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--config", metavar="FILE", help="a profctx YAML config file")
     parser.add_argument("--steps", help="the step window, e.g. '3:6' or '1,2,5'")
-    parser.add_argument("--mode", choices=("step", "role"), help="one capture per step, or per role")
+    parser.add_argument("--mode", choices=MODES, help="one capture per step, or per role")
     parser.add_argument("--contiguous", action="store_true", default=None,
                         help="consecutive steps share one capture (mode=step)")
     parser.add_argument("--roles", help="role filter, comma-separated fnmatch patterns")
@@ -200,6 +201,10 @@ def _mapping(values: Mapping[str, Any]) -> dict[str, Any]:
 def _describe(config: ProfilerConfig) -> str:
     window = config.steps
     steps = window.describe() if window is not None else "no steps"
-    if config.mode == "step":
+    mode = config.mode
+    if mode == "step":
         return f"mode=step{' contiguous' if config.contiguous else ''}, steps {steps}"
-    return f"mode=role, steps {steps}, roles {list(config.roles) or 'all'}"
+    elif mode == "role":
+        return f"mode=role, steps {steps}, roles {list(config.roles) or 'all'}"
+    else:
+        assert_never(mode)

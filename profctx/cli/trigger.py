@@ -25,6 +25,7 @@ from typing import Any
 
 from ..core._layout import MANIFEST_DIR
 from ..core._ondemand import MAX_REQUEST_STEPS, Request, RequestError
+from ..core._vocab import MODES
 from ..process._ondemand import HEARTBEAT_S, POLL_S, REQUESTS, STALE_S, live_processes, write_request
 from ..util._fs import walk
 from ._common import FINDINGS, OK, UsageError, guarded
@@ -54,7 +55,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("dir", metavar="DIR", help="the save_path of the live run")
     parser.add_argument("--steps", type=int, required=True, metavar="N",
                         help=f"how many consecutive steps to profile (1 to {MAX_REQUEST_STEPS})")
-    parser.add_argument("--mode", choices=("step", "role"), help="one capture per step, or per role "
+    parser.add_argument("--mode", choices=MODES, help="one capture per step, or per role "
                         "(default: the run's mode)")
     parser.add_argument("--roles", metavar="R1,R2", help="role names or fnmatch patterns to capture or draw "
                         "(default: the run's roles)")

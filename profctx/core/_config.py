@@ -14,13 +14,13 @@ from typing import Any, Final, Literal, final
 from ..util._errors import ConfigError, one_of
 from ..util._files import temporary_name
 from ._ondemand import DEFAULT_MAX_CAPTURES, AutoCapture
+from ._vocab import BUILTIN_TOOLS, MODES, Mode
 from ._window import MAX_STEPS, StepWindow, range_exceeds
 
-MODES: Final = ("step", "role")
 #: What a ``tool`` value must look like here. Which names resolve is the backend registry's
 #: business, checked where backends are known (``configure()``): a backend registered in one
 #: process is a valid name in a config carried to another.
-TOOL_NAME: Final = ("a backend name: 'auto', 'torch', 'npu', 'nsys', 'torch_memory', 'noop', 'recording' "
+TOOL_NAME: Final = (f"a backend name: {', '.join(repr(t) for t in ('auto', *BUILTIN_TOOLS))} "
                     "or one registered with profctx.backends.register()")
 ON_ERROR: Final = ("log", "raise")
 CONTENTS: Final = ("cpu", "cuda", "npu", "memory", "shapes", "stack", "flops", "modules")
@@ -135,7 +135,7 @@ class ProfilerConfig:
 
     enable: bool = True
     steps: StepWindow | None = None
-    mode: Literal["step", "role"] = "step"
+    mode: Mode = "step"
     contiguous: bool = False
     roles: tuple[str, ...] = ()
     ranks: tuple[int, ...] | Literal["all"] = (0,)

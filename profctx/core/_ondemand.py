@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, final
 
 from ..util._errors import ConfigError
+from ._vocab import MODES, Mode
 
 #: Version of the request file format.
 REQUEST_VERSION: Final = 1
@@ -61,7 +62,7 @@ class Request:
     id: str
     first: int | None = None
     count: int = 1
-    mode: Literal["step", "role"] | None = None
+    mode: Mode | None = None
     roles: tuple[str, ...] | None = None
     group: str | None = None
     ranks: tuple[int, ...] | None = None
@@ -84,8 +85,8 @@ class Request:
             raise RequestError(f"run: {self.run!r}; a run id")
         if not _count(self.count):
             raise RequestError(f"count: {self.count!r}; an integer from 1 to {MAX_REQUEST_STEPS}")
-        if self.mode not in (None, "step", "role"):
-            raise RequestError(f"mode: {self.mode!r}; 'step', 'role' or null")
+        if self.mode is not None and self.mode not in MODES:
+            raise RequestError(f"mode: {self.mode!r}; {', '.join(map(repr, MODES))} or null")
         if self.roles is not None and (not isinstance(self.roles, tuple) or not 0 < len(self.roles) <= 64 or not all(
                 isinstance(r, str) and 0 < len(r) <= 256 and "," not in r for r in self.roles)):
             raise RequestError(f"roles: {self.roles!r}; a list of 1-64 role names or patterns")

@@ -18,13 +18,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, final
 
 from ._scope import role_parts
+from ._vocab import CaptureKind, Mode, assert_never
 from ._window import StepWindow
 
 if TYPE_CHECKING:
     from ._config import ProfilerConfig
-
-Kind = Literal["step", "role"]
-
 
 def role_matches(patterns: Sequence[str], roles: Sequence[str]) -> bool:
     """Return whether ``patterns`` select the role path ``roles`` (fnmatch on its last name or whole path).
@@ -50,20 +48,26 @@ class Policy:
     """The configuration as the plan sees it, for one process (``selected``: its rank captures)."""
 
     window: StepWindow
-    mode: Literal["step", "role"] = "step"
+    mode: Mode = "step"
     contiguous: bool = False
     roles: tuple[str, ...] = ()
     engine_roles: tuple[str, ...] = ("rollout",)
     selected: bool = True
 
     @classmethod
-    def of(cls, config: ProfilerConfig, selected: bool) -> Policy:
-        """Return the policy of an active ``config`` for a process whose rank is (not) ``selected``."""
+    def of(cls, config: ProfilerConfig, selected: bool, *, steps: Sequence[int] | None = None,
+           mode: Mode | None = None, roles: tuple[str, ...] | None = None) -> Policy:
+        """Return the policy of an active ``config`` for a process whose rank is (not) ``selected``.
+
+        ``steps``, ``mode``, ``roles``: what an on-demand request asks for in place of the config's
+        window, mode and role filter (``None``: the config's); ``contiguous`` holds in step mode only.
+        """
+        mode = config.mode if mode is None else mode
         return cls(
-            window=config.steps or StepWindow(),
-            mode=config.mode,
-            contiguous=config.contiguous,
-            roles=config.roles,
+            window=(config.steps or StepWindow()) if steps is None else StepWindow(steps),
+            mode=mode,
+            contiguous=config.contiguous and mode == "step",
+            roles=config.roles if roles is None else roles,
             engine_roles=config.engines.roles,
             selected=selected,
         )
@@ -89,13 +93,15 @@ class Policy:
             return True
         if not self.selected:
             return False
-        if self.mode == "role":
+        mode = self.mode
+        if mode == "step":
+            return capturing and (role_matches(self.roles, parts) or _may_match_a_path(self.roles))
+        elif mode == "role":
             # Live capture: nested roles are its ranges, whatever the filter. None: a role the
             # filter leaves out may hold one it selects, and that capture's path names both.
             return True
-        if self.mode == "step" and not capturing:
-            return False
-        return role_matches(self.roles, parts) or _may_match_a_path(self.roles)
+        else:
+            assert_never(mode)
 
 
 @final
@@ -103,7 +109,7 @@ class Policy:
 class CaptureKey:
     """What a capture covers: its kind, its steps and, in role mode, its role path."""
 
-    kind: Kind
+    kind: CaptureKind
     steps: tuple[int, ...]
     roles: tuple[str, ...] = ()
 
@@ -223,7 +229,14 @@ def decide(policy: Policy, event: Enter) -> Actions:
     ranges: list[str] = []
     marker: str | None = None
     context = event.context
-    if event.sets_step and policy.mode == "step" and policy.selected:
+    mode = policy.mode
+    if mode == "step":  # a step block opens a capture; roles in it are ranges, by the filter
+        step_captures, role_captures, every_role = True, False, False
+    elif mode == "role":  # a matching role opens a capture; every role inside it is a range
+        step_captures, role_captures, every_role = False, True, True
+    else:
+        assert_never(mode)
+    if event.sets_step and step_captures and policy.selected:
         steps = policy.run_of(step)
         if policy.contiguous:
             if event.run is not None and step not in event.run:
@@ -241,10 +254,9 @@ def decide(policy: Policy, event: Enter) -> Actions:
     if event.sets_role:
         roles = event.roles
         if context == "live":
-            if policy.mode == "role" or role_matches(policy.roles, roles):
+            if every_role or role_matches(policy.roles, roles):
                 ranges.append(roles[-1])
-        elif (context is None and policy.mode == "role" and policy.selected
-              and role_matches(policy.roles, roles)):
+        elif context is None and role_captures and policy.selected and role_matches(policy.roles, roles):
             opened = CaptureKey("role", (step,), roles)
             marker = roles[-1]
         engines = role_matches(policy.engine_roles, roles)

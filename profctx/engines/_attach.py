@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from ..core._config import ProfilerConfig
 from ..core._scope import Scope
 from ..util._log import logger
+from ..util._resets import on_reset
 from . import _loop
 from ._base import EngineAdapter
 from ._host import Host, process
@@ -123,11 +124,12 @@ def detach(*adapters: EngineAdapter) -> None:
             process().remove_hook(_hook)
 
 
+@on_reset
 def end() -> None:
     """Detach every adapter, remove the exit hook and end the private engine loop.
 
-    ``profctx.reset()`` calls it whenever engines were imported, attached now or not: an
-    adapter detached earlier still left the loop thread running.
+    ``profctx.reset()`` calls it (registered at import) whenever engines were imported, attached
+    now or not: an adapter detached earlier still left the loop thread running.
     """
     global _atexit_installed
     detach()

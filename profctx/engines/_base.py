@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import threading
 import time
-import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from ..core._scope import Scope
 from ..core._status import Ended
 from ..util._errors import ConfigError
 from ..util._fs import walk
+from ..util._identity import capture_id
 from ..util._log import logger, warn_once
 from ._host import Host, process
 from ._loop import run_sync
@@ -133,7 +133,7 @@ def plan(scope: Scope, engines: EngineConfig, save_path: str, engine: str, repli
     folder = f"{save_path.rstrip('/')}/{relative}/{engine}-replica{replica}"
     name = f"step{scope.step:06d}-{'.'.join(safe(r) for r in scope.roles)}-replica{replica}"
     return EngineRequest(
-        capture=uuid.uuid4().hex[:12],
+        capture=capture_id(),
         step=scope.step,
         roles=scope.roles,
         replica=replica,

@@ -7,8 +7,9 @@ roles and the others are noted.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, Literal
+from typing import Any, Final
 
+from ..core._vocab import Mode
 from ..util._errors import ConfigError
 from ._verl_input import as_flag, as_mapping
 from ._verl_report import Report, instead
@@ -21,7 +22,7 @@ DEFAULT_SAVE_PATH: Final = "outputs/profile"
 
 def capture_mode(
     report: Report, gpath: str, g: Mapping[str, Any], tool: str | None, roles: list[Role]
-) -> Literal["step", "role"]:
+) -> Mode:
     """Return profctx's ``mode``: ``'role'`` when any of ``roles`` is discrete in verl, else ``'step'``.
 
     ``roles`` are the enabled training roles, else the enabled rollout role; with none, nsys's
@@ -35,7 +36,7 @@ def capture_mode(
     if not roles:
         return "role" if tool == "nsys" and gnsys.get("discrete") is True else "step"
     flags = {r.name: _discrete(report, r, tool, g, gpath) for r in roles if r.name != "rollout" or len(roles) == 1}
-    mode: Literal["step", "role"] = "role" if any(flags.values()) else "step"
+    mode: Mode = "role" if any(flags.values()) else "step"
     for role in roles:
         if role.name in flags and flags[role.name] != (mode == "role"):
             chosen = next(n for n, f in flags.items() if f)

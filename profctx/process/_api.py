@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from typing import TYPE_CHECKING, Any
 
 from ..backends import backend_class, check_config, known, resolve_tool
@@ -12,6 +11,7 @@ from ..core._config import ProfilerConfig, from_environment, load
 from ..core._scope import ROOT, forget
 from ..util import _log
 from ..util._errors import ConfigError, one_of
+from ..util._resets import run_resets
 from . import _lifecycle
 from ._owner import OWNER
 from ._runtime import Runtime
@@ -103,12 +103,7 @@ def reset() -> None:
     _shutdown()
     OWNER.end()
     forget(ROOT)  # the role scopes kept for top-level role blocks (_scope.keep)
-    engines = sys.modules.get("profctx.engines._attach")  # imported only once engines are used
-    if engines is not None:
-        engines.end()
-    memory = sys.modules.get("profctx.backends.torch_memory")  # its OOM watch, if one was started
-    if memory is not None:
-        memory.reset()
+    run_resets()  # the modules with state of their own that were loaded (engines, a backend's watch)
     _lifecycle.uninstall()
     _log.reset()
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import os
 import re
 import threading
 import time
@@ -22,6 +21,7 @@ from ..core._layout import capture_folder
 from ..core._plan import CaptureKey
 from ..core._status import HOLDING, State
 from ..records._manifest import Record, Status, capture_record, file_entries
+from ..util._identity import capture_id
 from ..util._log import logger
 
 
@@ -104,7 +104,7 @@ class Capture:
     )
 
     def __init__(self, runtime: Runtime, key: CaptureKey, seq: int) -> None:
-        self.id = os.urandom(6).hex()  # random like uuid4's first 48 bits, without importing uuid
+        self.id = capture_id()
         self.runtime = runtime
         self.key = key
         self.seq = seq

@@ -98,6 +98,15 @@ _COROUTINE = 0x80
 _VARARGS, _VARKEYWORDS = 0x04, 0x08
 #: The file name of generated wrappers' code: how a worker tells a decorated method from a bare copy.
 GENERATED_FILE = "<profctx @profiled>"
+
+
+def is_proxy(fn: object) -> bool:
+    """Return whether ``fn`` is a wrapt proxy ``@profiled`` returned (``_wrappers.ProfiledFunction``).
+
+    Asks the type, not the proxy (which answers for the function it wraps), and imports nothing:
+    before the first such proxy wrapt is not loaded, and nothing is one.
+    """
+    return getattr(type(fn), "_profctx_proxy", False) is True
 _NAMES = ("_profctx_switch", "_profctx_fn", "_profctx_on")
 #: Wrapper factories by signature shape (the code is shared by functions of the same shape).
 _FACTORIES: dict[tuple[Any, ...], Callable[..., Any]] = {}

@@ -38,6 +38,7 @@ from collections.abc import Container, Iterable
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+from ..core._config import ProfilerConfig
 from ..core._layout import MANIFEST_DIR, capture_folder, safe
 from ..core._ondemand import (
     MAX_REQUEST_BYTES,
@@ -51,17 +52,20 @@ from ..core._ondemand import (
     reason,
 )
 from ..core._plan import Policy
+from ..core._vocab import CAPTURE_KINDS, capture_kind
 from ..core._window import StepWindow
 from ..records._manifest import capture_record
 from ..util._fs import Folder, walk
+from ..util._identity import capture_id
 from ..util._log import logger, warn_once
+from . import _timeline
 from ._timeline import Timeline
 
 
 class Host(Protocol):
     """What requests need from the runtime that holds them (``_runtime.Runtime``)."""
 
-    config: Any
+    config: ProfilerConfig
     save_path: Path
     window: StepWindow
     in_window: Container[int]
@@ -452,10 +456,10 @@ class OnDemand:
 
     def _skip(self, request: Request, why: str, steps: tuple[int, ...] | None = None) -> None:
         """Record ``request`` as skipped in this process, with why (its steps are not annotated as its captures)."""
-        kind = request.mode or self.rt.config.mode
+        kind = capture_kind(request.mode or self.rt.config.mode)
         steps = tuple(request.steps) if steps is None else steps
         self.rt.record(capture_record(
-            "finished", capture=os.urandom(6).hex(), kind=kind, steps=steps, roles=None, backend=self.rt.tool,
+            "finished", capture=capture_id(), kind=kind, steps=steps, roles=None, backend=self.rt.tool,
             folder=capture_folder(steps, ()).as_posix(), status="skipped", time=time.time(), reason=why,
             trigger=_trigger(request), notes=[request.describe()],
         ))
@@ -502,14 +506,10 @@ class OnDemand:
         if chosen is not None:
             request = chosen.request
             identity = rt.identity()
-            config = rt.config
-            mode = request.mode or config.mode
             for configured in (True, False):
-                policies[configured] = Policy(
-                    window=StepWindow(request.steps), mode=mode, contiguous=config.contiguous and mode == "step",
-                    roles=request.roles if request.roles is not None else config.roles,
-                    engine_roles=config.engines.roles,
-                    selected=request.selects(identity.group, identity.rank, configured))
+                policies[configured] = Policy.of(
+                    rt.config, request.selects(identity.group, identity.rank, configured), steps=request.steps,
+                    mode=request.mode, roles=request.roles)
         rt.swap_policies(policies)
 
     def current(self, step: int | None) -> Request | None:
@@ -618,7 +618,7 @@ class OnDemand:
         previous = self._entered
         if auto is None or (previous is not None and previous[0] == step):
             return
-        now = time.perf_counter()
+        now = _timeline.clock()  # the clock blocks and the timeline read (a test may set its own)
         rt = self.rt
         if auto.role is not None:
             self.read_roles()
@@ -710,7 +710,7 @@ class OnDemand:
         Captures started and not finished (recording, or their files being written) are noted:
         the anomaly watch judges no step while one is (profctx's own work is no anomaly).
         """
-        if record.get("kind") not in ("step", "role"):
+        if record.get("kind") not in CAPTURE_KINDS:
             return record
         capture, event = record.get("capture"), record.get("event")
         with self.lock:

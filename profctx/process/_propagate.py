@@ -15,10 +15,11 @@ import os
 from collections.abc import Callable, Mapping, MutableMapping
 from contextvars import Token
 from types import TracebackType
-from typing import Any, Final, Literal, TypeVar, final
+from typing import Any, Final, Literal, TypeVar, final, get_args
 
 from ..core._config import ProfilerConfig
 from ..core._scope import SCOPE, Scope
+from ..core._vocab import assert_never
 from ..util._errors import ConfigError
 from ..util._log import first, logger, warn_once
 from . import _api
@@ -37,6 +38,7 @@ ENV_VAR: Final = "PROFCTX_CONTEXT"
 HEADER: Final = "profctx-context"
 
 Carrier = Literal["dict", "env", "headers"]
+CARRIERS: Final[tuple[Carrier, ...]] = get_args(Carrier)
 
 # -- snapshots --------------------------------------------------------------------------------
 
@@ -198,11 +200,13 @@ def inject(
         carrier[CARRIER_KEY] = data
     elif kind == "env":
         carrier[ENV_VAR] = json.dumps(data, separators=(",", ":"), default=str)
-    else:
+    elif kind == "headers":
         import base64
 
         raw = json.dumps(data, separators=(",", ":"), default=str).encode()
         carrier[HEADER] = base64.urlsafe_b64encode(raw).decode("ascii")
+    else:
+        assert_never(kind)
     return carrier
 
 
@@ -229,7 +233,7 @@ def extract(carrier: Mapping[str, Any], kind: Carrier | None = None) -> dict[str
         except (TypeError, ValueError) as exc:
             _refuse(f"{ENV_VAR} is not JSON ({exc})")
             return None
-    else:
+    elif kind == "headers":
         text = next((v for k, v in carrier.items() if str(k).lower() == HEADER), None)
         if not text:
             return None
@@ -241,14 +245,16 @@ def extract(carrier: Mapping[str, Any], kind: Carrier | None = None) -> dict[str
         except (ValueError, binascii.Error, UnicodeError) as exc:
             _refuse(f"header {HEADER} is not base64 JSON ({exc})")
             return None
+    else:
+        assert_never(kind)
     return _check(raw)
 
 
 def _kind(carrier: object, kind: Carrier | None) -> Carrier:
     if kind is None:
         return "env" if carrier is os.environ else "dict"
-    if kind not in ("dict", "env", "headers"):
-        raise ValueError(f"kind: {kind!r} is not valid; one of 'dict', 'env', 'headers'")
+    if kind not in CARRIERS:
+        raise ValueError(f"kind: {kind!r} is not valid; one of {', '.join(map(repr, CARRIERS))}")
     return kind
 
 

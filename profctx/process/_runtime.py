@@ -24,6 +24,7 @@ from ..core._layout import MANIFEST_DIR, Spans, trace_stem
 from ..core._plan import Actions, Enter, Policy, decide, role_matches
 from ..core._scope import Scope
 from ..core._status import HOLDING
+from ..core._vocab import assert_never
 from ..core._window import StepWindow
 from ..records._manifest import ManifestWriter, Record
 from ..util._errors import ProfilingError
@@ -940,8 +941,12 @@ class Runtime:
                     f"(the last step seen: {last}); check `steps` against the step numbers the loop passes "
                     "to profile_step()")
         patterns = self.config.roles
-        if self.config.mode == "step" and not (captured and patterns):
-            return None
+        mode = self.config.mode
+        if mode == "step":
+            if not (captured and patterns):
+                return None
+        elif mode != "role":
+            assert_never(mode)
         if self.owner.step_hooks or self.owner.driver is not None:
             return None  # a driver of worker groups: its roles run in the workers, which say this themselves
         paths = {"/".join(roles) for roles in self._seen_role_paths() if roles}

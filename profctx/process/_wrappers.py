@@ -8,7 +8,7 @@ stay light for programs that only mark steps and roles.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import wrapt
 
@@ -23,6 +23,8 @@ class ProfiledFunction(wrapt.FunctionWrapper):  # type: ignore[misc,type-arg]
 
     _self_profctx_role: str | None
     _self_profctx_rebuild: Callable[[Any, str | None], Any]
+    #: What ``_decorate.is_proxy`` reads on the type.
+    _profctx_proxy: ClassVar[bool] = True
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         return self._self_profctx_rebuild, (self.__wrapped__, self._self_profctx_role)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -139,13 +138,10 @@ def _undecorated(cls: type) -> list[str]:
 
 def _decorated(fn: Any) -> bool:
     """Whether ``fn``, or a function it wraps (Ray wraps actor methods in its tracing shims), is profctx's."""
-    from ..process._decorate import GENERATED_FILE, TRAMPOLINE_FILE, TRAMPOLINES
+    from ..process._decorate import GENERATED_FILE, TRAMPOLINE_FILE, TRAMPOLINES, is_proxy
 
-    # The proxy type lives in a module that imports wrapt (milliseconds): no proxy exists before it is loaded.
-    wrappers = sys.modules.get("profctx.process._wrappers")
-    proxy = getattr(wrappers, "ProfiledFunction", None)
     for _ in range(8):
-        if proxy is not None and isinstance(fn, proxy):
+        if is_proxy(fn):
             return True
         code = getattr(fn, "__code__", None)
         if code is not None and code.co_filename == GENERATED_FILE:

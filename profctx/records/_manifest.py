@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, Final, Literal, TypedDict
 
 from ..core._layout import MANIFEST_DIR, safe
-from ..core._status import Ended
+from ..core._vocab import Ended, RecordKind
 from ..util._fs import Folder, walk
-from ..util._identity import Identity
+from ..util._identity import Identity, capture_id
 from ..util._log import logger, warn_once
 
 #: How a shard's name ends.
@@ -32,7 +32,7 @@ VERSION: Final = 1
 #: How a capture ended (``core._status``: the one vocabulary of capture states).
 Status = Ended
 Event = Literal["started", "finished"]
-Kind = Literal["step", "role", "engine", "remote"]
+Kind = RecordKind
 #: Seconds between retries after the disk filled up (records wait in memory meanwhile).
 FULL_DISK_BACKOFF: Final = 1.0
 #: Records kept in memory while the shard cannot be written; older ones are dropped (and counted).
@@ -123,7 +123,7 @@ def failed_call(step: int, role: str | None, error: str, reason: str, **fields: 
     """Return the record of a remote call that failed in ``step`` (no capture, no files)."""
     now = time.time()
     record: dict[str, Any] = {
-        "capture": os.urandom(6).hex(), "event": "finished", "kind": "remote", "status": "failed",
+        "capture": capture_id(), "event": "finished", "kind": "remote", "status": "failed",
         "steps": [step], "step": step, "last_step": step, "role": role or None,
         "time": now, "start_time": now, "end_time": now, "files": [], "bytes": 0,
         "error": error, "reason": reason,

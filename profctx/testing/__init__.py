@@ -14,13 +14,13 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..backends.recording import RecordedCapture, RecordingBackend
 from ..core._config import ProfilerConfig, load
 from ..core._oracle import Expected, RoleBlock, simulate
 from ..core._plan import CaptureKey, Policy
 from ..process import _api
 from ..process._block import profile_step
 from ..process._owner import OWNER
-from ._recording import RecordedCapture, RecordingBackend
 
 __all__ = [
     "CaptureKey",

@@ -11,6 +11,17 @@ from typing import Final, final
 
 #: The longest run id (it becomes part of file names).
 RUN_ID_MAX: Final = 64
+#: Random bytes in a capture id (:func:`capture_id`): 48 bits, 12 hex digits.
+CAPTURE_ID_BYTES: Final = 6
+
+
+def capture_id() -> str:
+    """Return a new capture id: 12 lowercase hex digits, random, for every record a capture (or a failed call) writes.
+
+    Ids name captures within a run's manifest (records are keyed by run, host, pid and capture);
+    48 random bits make two alike in one run unlikely (about 1 in 10^7 at 10^4 captures, birthday bound).
+    """
+    return os.urandom(CAPTURE_ID_BYTES).hex()
 
 
 @final

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,10 +39,19 @@ def _cluster() -> Iterator[None]:
 class RolloutServer(EngineProfilingMixin):
     """An engine server actor owning an in-process AsyncLLM (the vLLM 0.33 double)."""
 
-    def __init__(self, trace_dir: str) -> None:
+    def __init__(self, trace_dir: str, arrivals: str | None = None) -> None:
         from engines.doubles import vllm as vd
 
-        self.engine = vd.AsyncLLM_0_33(trace_dir, start_delay=0.5)
+        self.engine = vd.AsyncLLM_0_33(trace_dir)
+        if arrivals is not None:  # its start answers once every replica's start has arrived
+            start = self.engine.start_profile
+
+            @functools.wraps(start)  # the adapter reads the engine's capabilities from this signature
+            async def start_once_all_arrived(*args: Any, **kwargs: Any) -> None:
+                await _arrive(arrivals, parties=2)
+                await start(*args, **kwargs)
+
+            self.engine.start_profile = start_once_all_arrived  # type: ignore[method-assign]
         self.profctx_adapter = VLLMAsyncAdapter(self.engine, trace_dir=trace_dir)
 
     async def state(self) -> dict[str, Any]:
@@ -51,21 +60,33 @@ class RolloutServer(EngineProfilingMixin):
                 "files": list(self.engine.files), "prefix": [c["profile_prefix"] for c in self.engine.start_calls]}
 
 
+async def _arrive(folder: str, parties: int) -> None:
+    """Note this start in ``folder`` and wait until ``parties`` starts have (a minute at most, then raise)."""
+    Path(folder, str(os.getpid())).touch()
+    for _ in range(6000):
+        if len(os.listdir(folder)) >= parties:
+            return
+        await asyncio.sleep(0.01)
+    raise RuntimeError("the other replica's start never arrived: the starts were not sent concurrently")
+
+
 def test_replicas_in_actors_start_concurrently_and_are_recorded(tmp_path: Path) -> None:
-    actors = [RolloutServer.remote(str(tmp_path / f"trace{i}")) for i in range(2)]
+    # Each replica's start answers only once both were asked: sent one after the other, the first
+    # would wait for a second that never comes, fail after a minute, and be recorded failed.
+    # Concurrency is what passes; a loaded machine only makes it slower.
+    arrivals = tmp_path / "arrivals"
+    arrivals.mkdir()
+    actors = [RolloutServer.remote(str(tmp_path / f"trace{i}"), str(arrivals)) for i in range(2)]
     ray.get([a.state.remote() for a in actors])
     configure(tmp_path, engines={"replicas": "all"})
     attach(*ray_adapters(actors, engine="vllm"))
 
-    async def main() -> float:
-        async with profile_step(1):
-            t0 = time.monotonic()
-            async with profile_step(role="rollout"):
-                elapsed = time.monotonic() - t0
-        return elapsed
+    async def main() -> None:
+        async with profile_step(1), profile_step(role="rollout"):
+            pass
 
-    elapsed = asyncio.run(main())
-    assert elapsed < 0.95  # two 0.5 s starts, concurrently
+    asyncio.run(main())
+    assert len(os.listdir(arrivals)) == 2
     states = ray.get([a.state.remote() for a in actors])
     assert [(s["starts"], s["stops"], len(s["files"])) for s in states] == [(1, 1, 1), (1, 1, 1)]
     assert states[1]["prefix"] == ["step000001-rollout-replica1"]

@@ -124,15 +124,17 @@ class VLLMServer(_Server):
 
 
 class HangingServer(_Server):
-    """Accepts ``/start_profile`` and never answers ``/stop_profile`` (until closed)."""
+    """Accepts ``/start_profile``, answers ``/stop_profile`` only when closed (``answered`` counts the answers)."""
 
     def __init__(self) -> None:
         self.release = threading.Event()
+        self.answered = 0
         super().__init__()
 
     def handle(self, method: str, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str, str]:
         if path == "/stop_profile":
-            self.release.wait(30)
+            self.release.wait(600)  # closing releases it: the wait only has to outlast any test
+            self.answered += 1
         return 200, "text/plain", ""
 
     def close(self) -> None:
@@ -190,3 +192,12 @@ def wait_until(predicate: Any, timeout: float = 5.0) -> bool:
             return True
         time.sleep(0.01)
     return bool(predicate())
+
+
+def gated(gate: threading.Event, call: Any) -> Any:
+    """Return ``call``, made to run only once ``gate`` is set (a test's release, in place of a sleep)."""
+    def when_released(*args: Any, **kwargs: Any) -> Any:
+        gate.wait(600)
+        return call(*args, **kwargs)
+
+    return when_released

@@ -1,4 +1,7 @@
-"""The ``recording`` backend: remembers every capture and range; writes one small JSON file per capture."""
+"""The ``recording`` backend: remembers every capture and range; writes one small JSON file per capture.
+
+For tests (profctx's and its users'): ``profctx.testing`` re-exports it with ``capture()``.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..backends import CaptureSpec, Finish
 from ..util._files import write_file
+from ._base import CaptureSpec, Finish
 
 
 @dataclass
