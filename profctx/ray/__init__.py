@@ -304,9 +304,23 @@ class Driver:
                     if _acts(m, config, request) and _control.available(m, self._leave):
                         members.append(m)
             self.told = members
+        if not members:
+            return now, later
+        # When each call was sent, on the wall clock the worker reads too: a worker that serves one more than its
+        # control timeout later did not run the step (it was stopped or starved), and says so instead of capturing.
+        wall, mono = time.time(), time.monotonic()
+        owed: dict[int, float] = {}
+        for s in self.leaving:  # the calls not known answered: a member still owing one is as late as the oldest
+            if owed.get(id(s.member), mono) > s.at:
+                owed[id(s.member)] = s.at
         for m in members:
-            args = (step, True) if leaving and m.collect else (step,) if request is None else (step, request.to_dict())
-            sent = Sent(m.handle.__ray_call__.remote(fn, *args), m, what, step)
+            since = wall - (mono - owed.get(id(m), mono))
+            if leaving:
+                ref = m.handle.__ray_call__.remote(fn, step, m.collect, (wall, m.timeout))
+            else:
+                ref = m.handle.__ray_call__.remote(fn, step, None if request is None else request.to_dict(),
+                                                   (since, m.timeout))
+            sent = Sent(ref, m, what, step, mono)
             (now if m.collect or (not leaving and not m.main) else later).append(sent)
         return now, later
 

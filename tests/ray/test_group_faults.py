@@ -102,7 +102,7 @@ def test_a_member_frozen_before_it_joins_is_waited_for_at_most_the_group_timeout
         os.kill(pids[1], signal.SIGCONT)
         for actor in actors:
             ray.kill(actor)
-    lost = [r for r in _manifest.read(tmp_path) if r.get("lost")]
+    lost = [r for r in _manifest.read(tmp_path) if r.get("lost") and r.get("group") is None]
     assert [(r["target_rank"], r["step"]) for r in lost] == [(1, 1)]
 
 
@@ -201,12 +201,52 @@ def test_a_frozen_member_is_lost_once_then_rejoins(ray_cluster: Any, tmp_path: P
         for actor in actors:
             ray.kill(actor)
     records = _manifest.read(tmp_path)
-    lost = [r for r in records if r.get("lost")]
+    lost = [r for r in records if r.get("lost") and r.get("group") is None]  # the driver's rows
     assert [(r["target_group"], r["target_rank"], r["target_pid"]) for r in lost] == [("actor", 1, frozen.pid)]
     assert "no answer to 'enter step' within 2s" in lost[0]["error"]
-    steps = sorted((r["rank"], r["steps"][0]) for r in records if r.get("group") == "actor")
+    steps = sorted((r["rank"], r["steps"][0]) for r in records if r.get("group") == "actor" and r["status"] == "ok")
     assert [s for r, s in steps if r == 0] == [1, 2, 3, 4, 5, 6, 7, 8]
-    assert [s for r, s in steps if r == 1] == [1, *range(back, 9)]  # step 1 entered late, then back
+    # Step 1's entry was served after the driver had given up on it: not captured, recorded lost by the member.
+    assert [s for r, s in steps if r == 1] == list(range(back, 9))
+    missed = [r for r in records if r.get("group") == "actor" and r.get("lost")]
+    assert [(r["rank"], r["step"]) for r in missed] == [(1, 1)] and "did not run step 1" in missed[0]["error"]
+
+
+def test_a_member_frozen_inside_a_step_does_not_capture_the_steps_it_missed(ray_cluster: Any, tmp_path: Path) -> None:
+    # The issue's case: frozen while it holds step 2, the driver goes on with steps 3-6; thawed, the member serves
+    # their queued control calls back to back: those are recorded lost, not captured as if it had run them.
+    timeout = 2.0
+    profctx.configure(steps="1:20", mode="step", ranks="all", profile_driver=False, save_path=tmp_path,
+                      tool="recording", warmup=False)
+    actors = [KINDS["sync"]().remote() for _ in range(2)]
+    try:
+        grp = pray.group("actor", actors, control_timeout=timeout)
+        frozen = grp.members[1]
+        with profctx.profile_step(1):
+            assert ray.get([a.work.remote() for a in actors]) == [1, 1]
+        with profctx.profile_step(2):
+            assert ray.get([a.work.remote() for a in actors]) == [2, 2]
+            os.kill(frozen.pid, signal.SIGSTOP)  # inside the step it holds
+        try:
+            for step in (3, 4, 5, 6):
+                with profctx.profile_step(step):
+                    assert ray.get(actors[0].work.remote()) == step
+            time.sleep(1.5 * timeout)  # every call sent so far is served more than the timeout late
+        finally:
+            os.kill(frozen.pid, signal.SIGCONT)
+        for step in range(7, 15):
+            with profctx.profile_step(step):
+                assert ray.get(actors[0].work.remote()) == step
+        assert pray.flush() == [True, True]
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+    records = [r for r in _manifest.read(tmp_path) if r.get("group") == "actor" and r["rank"] == 1]
+    captured = {r["steps"][0]: r for r in records if r["status"] == "ok"}
+    missed = sorted(r["step"] for r in records if r.get("lost"))
+    assert missed == [3, 4, 5, 6] and not set(missed) & set(captured), (missed, sorted(captured))
+    assert {1, 2, 14} <= set(captured)  # it captured again once the driver's calls were current
+    assert any("left step 2" in note for note in captured[2]["notes"])  # the capture spans the freeze: said so
 
 
 def test_a_death_through_a_bound_method_target_names_the_worker(ray_cluster: Any, tmp_path: Path) -> None:
@@ -288,7 +328,7 @@ def test_an_async_driver_awaits_a_frozen_member_at_most_its_timeout(ray_cluster:
     finally:
         for actor in actors:
             ray.kill(actor)
-    assert len([r for r in _manifest.read(tmp_path) if r.get("lost")]) == 1
+    assert len([r for r in _manifest.read(tmp_path) if r.get("lost") and r.get("group") is None]) == 1
 
 
 def test_a_member_hung_in_its_step_entry_costs_one_control_timeout_and_is_recorded(
@@ -314,7 +354,7 @@ def test_a_member_hung_in_its_step_entry_costs_one_control_timeout_and_is_record
         for actor in actors:
             ray.kill(actor)
     records = _manifest.read(tmp_path)
-    (lost,) = [r for r in records if r.get("lost")]
+    (lost,) = [r for r in records if r.get("lost") and r.get("group") is None]
     assert (lost["target_group"], lost["target_rank"], lost["target_pid"], lost["step"]) == ("actor", 1, hung.pid, 1)
     assert sorted(r["steps"][0] for r in records if r.get("group") == "actor" and r["rank"] == 0) == [1, 2, 3]
 
@@ -344,7 +384,7 @@ def test_a_killed_member_is_recorded_lost_once_and_never_waited_for(ray_cluster:
         for actor in actors:
             ray.kill(actor)
     records = _manifest.read(tmp_path)
-    lost = [r for r in records if r.get("lost")]
+    lost = [r for r in records if r.get("lost") and r.get("group") is None]
     assert [(r["target_group"], r["target_rank"], r["target_pid"]) for r in lost] == [("actor", 1, killed.pid)]
     assert "died" in lost[0]["error"] and lost[0]["step"] in (1, 2, 3, 4)
     assert sorted(r["steps"][0] for r in records if r.get("group") == "actor" and r["rank"] == 1) == [1]
