@@ -78,6 +78,8 @@ class Member:
     joined_ok: bool = False
     #: Whether the member answered a step entry unconfigured (Ray restarted it): it is joined again.
     unjoined: bool = False
+    #: Its join, unanswered when the group's ``timeout`` ran out: read when it answers (told of no step until then).
+    joining: Any = None
 
     def acts(self, config: Any) -> bool:
         """Whether this member does anything in an in-window step under the driver's ``config``."""
@@ -152,6 +154,8 @@ class Driver:
         self.leaving: list[Sent] = []
         #: The members told to enter the current step (told to leave it with the driver).
         self.told: list[Member] = []
+        #: The members whose join had not answered by their group's timeout (adopted when it does).
+        self.late: list[Member] = []
 
     # -- registration ---------------------------------------------------------------------------
 
@@ -177,7 +181,8 @@ class Driver:
         """Wait for the joins :func:`group` sent and nobody waited for: those of every group, together.
 
         Each group's members are waited for until its ``timeout`` (counted from ``group()``) runs
-        out; one that has not joined by then is warned about once, as :func:`group` says.
+        out; one that has not joined by then is warned about once and adopted when its join
+        answers (:meth:`adopt`), as :func:`group` says.
         """
         waiting = self._joining()
         while waiting:
@@ -227,8 +232,41 @@ class Driver:
                         answers[ref] = ray.get(ref, timeout=0)
                     except Exception as exc:  # noqa: BLE001 - reported per member
                         answers[ref] = exc
-            late = TimeoutError(f"did not join within {joining.timeout}s")
-            self.joined(grp, [answers.get(r, late) for r in joining.refs])
+            for member, ref in zip(grp._members, joining.refs, strict=True):
+                if ref in answers:
+                    self._note(grp, member, answers[ref])
+                    continue
+                member.joining = ref
+                self.late.append(member)
+                warn_once(f"join-late:{grp.name}:{member.rank}", "profctx: worker %s rank %s has not joined within "
+                          "%ss; it is told of no step until its join answers, then of every later one", grp.name,
+                          member.rank, joining.timeout)
+
+    def adopt(self) -> None:
+        """Read the joins that answered after their group's timeout (never waits); those members act from now on."""
+        if not self.late:
+            return
+        refs = [m.joining for m in self.late]
+        ready = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0])
+        if not ready:
+            return
+        still = []
+        for member in self.late:
+            if member.joining not in ready:
+                still.append(member)
+                continue
+            try:
+                result = ray.get(member.joining, timeout=0)
+            except Exception as exc:  # noqa: BLE001 - reported per member by _note
+                result = exc
+            member.joining = None
+            grp = self.groups.get(member.group)
+            if grp is not None:
+                self._note(grp, member, result)
+                if member.pid is not None:
+                    logger.warning("profctx: worker %s rank %s (pid %s) joined late; it takes part from the next "
+                                   "in-window step", member.group, member.rank, member.pid)
+        self.late = still
 
     def joined(self, grp: WorkerGroup, results: Sequence[Any]) -> None:
         """Note where each member runs; warn about duplicate claims and undecorated methods, once each."""
@@ -299,6 +337,8 @@ class Driver:
                     now.extend(Sent(r, m, "join") for r, m in zip(joins, [m for m in grp._members if m.lost is None],
                                                                    strict=True))
                 for m in grp._members:
+                    if m.joining is not None:  # not joined yet: told of the steps after its join is read
+                        continue
                     if (m.dead or m.unjoined) and not self._rejoin(grp, m):
                         continue
                     if _acts(m, config, request) and _control.available(m, self._leave):
@@ -377,9 +417,11 @@ class Driver:
     def reap(self) -> None:
         """Report the control calls that answered since they were sent, mark lost the members past their timeout.
 
-        Never waits: a sync member that has not answered within its control timeout is lost.
+        Never waits: a sync member that has not answered within its control timeout is lost. A
+        join that answered after its group's timeout is read here too.
         """
         self.leaving = [s for s in _control.check(self.leftovers()) if s.member.lost is None]
+        self.adopt()
 
     def enter(self, runtime: Any, scope: Any) -> object:
         if not self.groups or not self._claim(scope.step):
@@ -455,6 +497,7 @@ class Driver:
         self.claims.clear()
         self.leaving = []
         self.told = []
+        self.late = []
         self.step = None
 
 
@@ -613,7 +656,8 @@ def group(name: str, handles: Sequence[Any], *, ranks: Sequence[int] | None = No
     reading ``WorkerGroup.members``. Register before the first profiled step, after
     ``profctx.configure`` (a later reconfiguration reaches the members at the next step). In
     async code use :func:`group_async`. ``timeout``: seconds, counted from this call, that
-    the members are waited for to join; one that has not is warned about once.
+    the members are waited for to join; one that has not is warned about once, told of no
+    step, and adopted at the first in-window step (or ``flush``) after its join answers.
     ``control_timeout``: the longest the driver waits for a member's answer to a step's
     control call; a member that misses it is lost (recorded once, not waited for until it
     answers). Raise ``ConfigError`` for a ``control_timeout`` that is not a number > 0.
@@ -783,6 +827,7 @@ def flush(actors: Sequence[Any] | None = None, timeout: float | None = 60.0) -> 
     if isinstance(driver, Driver):
         driver.settle()
         _wait(driver.leftovers())
+        driver.adopt()
     handles = _handles(list(groups().values()) if actors is None else actors)
     refs = _flush_refs(handles, timeout)
     live = [r for r in refs if r is not None]
@@ -835,6 +880,7 @@ async def flush_async(actors: Sequence[Any] | None = None, timeout: float | None
     if isinstance(driver, Driver):
         await driver.asettle()
         await _await(driver.leftovers())
+        driver.adopt()
     handles = _handles(list(groups().values()) if actors is None else actors)
     refs = _flush_refs(handles, timeout)
     futures = [asyncio.wrap_future(r.future()) for r in refs if r is not None]
