@@ -301,8 +301,8 @@ def _slope(xs: Sequence[float], ys: Sequence[float]) -> float:
 
 def bench_sim(save: str, latency_ms: float, steps: int) -> None:
     latency = latency_ms / 1e3
-    real = (profctx.ray.ray, profctx.ray._control.ray)
-    profctx.ray.ray = profctx.ray._control.ray = STAND_IN_RAY  # type: ignore[attr-defined]
+    real = (profctx.ray._driver.ray, profctx.ray._control.ray)
+    profctx.ray._driver.ray = profctx.ray._control.ray = STAND_IN_RAY  # type: ignore[attr-defined]
     logging.getLogger("profctx").setLevel(logging.ERROR)  # a lost member is logged once; hundreds here
     try:
         print(f"\n## sim: one group, stand-in members answering after {latency_ms:g} ms ± 50 %; "
@@ -334,7 +334,7 @@ def bench_sim(save: str, latency_ms: float, steps: int) -> None:
               f"{_slope(xs, [r['in_cpu_ms'] for _, r in by_selected]) * 1e3:.2f} µs, wall "
               f"{_slope(xs, [r['in_wall_ms'] for _, r in by_selected]) * 1e3:.2f} µs")
     finally:
-        profctx.ray.ray, profctx.ray._control.ray = real  # type: ignore[attr-defined]
+        profctx.ray._driver.ray, profctx.ray._control.ray = real  # type: ignore[attr-defined]
 
 
 def _row(n: int, s: int, r: dict[str, float], label: str = "") -> None:

@@ -21,15 +21,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from ..core._ondemand import parse
 from ..process import _api, _lifecycle
 from ..process._block import Held, hold
-from ..process._ondemand import OnDemand
 from ..process._owner import OWNER
-from ..records._listing import index_path
 from ..records._manifest import failed_call
 from ..util._errors import ConfigError
 from ..util._log import logger, warn_once
@@ -46,6 +43,8 @@ def _on_control_thread(fn: Callable[[], R]) -> R:
         return fn()
     control = OWNER.control
     if control is None:
+        from concurrent.futures import ThreadPoolExecutor  # async and threaded actors only: not at every join
+
         control = OWNER.control = ThreadPoolExecutor(1, thread_name_prefix="profctx-control")
     result: R = control.submit(fn).result(CONTROL_TIMEOUT)
     return result
@@ -194,6 +193,8 @@ def step_enter(actor: Any, step: int, request: Mapping[str, Any] | None = None,
 
 def _follow(runtime: Any, data: Mapping[str, Any]) -> None:
     """Add the steps of a request the driver accepted to this member's window (once per request)."""
+    from ..process._ondemand import OnDemand  # on-demand machinery: loaded where a request arrives, not at join
+
     try:
         if runtime.ondemand is None:  # configured on its own, without on_demand: the driver's request still counts
             runtime.ondemand = OnDemand(runtime)
@@ -274,6 +275,8 @@ def listing(actor: Any) -> list[tuple[str, int]]:
     reads it to skip parsing the shard): a driver copying in this order never shows a record whose
     files are not there yet.
     """
+    from ..records._listing import index_path  # a collected member's copies only: not at every join
+
     runtime = OWNER.runtime
     writer = runtime.manifest_writer() if runtime is not None else None
     if runtime is None or writer is None or not writer.path.is_file():

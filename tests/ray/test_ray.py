@@ -299,7 +299,7 @@ def test_every_import_order_class_location_and_actor_kind(ray_cluster: Any, tmp_
 
 def test_workers_without_the_drivers_file_system_send_their_files_at_step_end(
         ray_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(pray, "CHUNK", 512)  # many chunks per trace: the copy is appended piece by piece
+    monkeypatch.setattr(pray._driver, "CHUNK", 512)  # many chunks per trace: the copy is appended piece by piece
     elsewhere = tmp_path / "worker-disk"  # the worker's own save root (PROFCTX_SAVE_PATH wins over the carried one)
     worker = ray.remote(num_cpus=0)(Plain).options(
         runtime_env={"env_vars": {"PROFCTX_SAVE_PATH": str(elsewhere)}}).remote()
