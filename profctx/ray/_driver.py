@@ -152,6 +152,8 @@ class Driver:
         self.told: list[Member] = []
         #: The members whose join had not answered by their group's timeout (adopted when it does).
         self.late: list[Member] = []
+        #: Joins sent to members Ray restarted, at a step's end: waited for before the next block opens.
+        self.restarting: list[Sent] = []
 
     # -- registration ---------------------------------------------------------------------------
 
@@ -185,6 +187,9 @@ class Driver:
             refs = [r for _, joining in waiting for r in joining.refs]
             ready = set(ray.wait(refs, num_returns=len(refs), timeout=_left(waiting))[0])
             waiting = self._settle_done(waiting, ready)
+        rejoins, left = self._rejoins()
+        if rejoins:
+            ray.wait(rejoins, num_returns=len(rejoins), timeout=left)
 
     async def asettle(self) -> None:
         """The async twin of :meth:`settle` (awaits the refs' futures; never a blocking ``ray.wait``)."""
@@ -193,6 +198,46 @@ class Driver:
         while waiting:
             await asyncio.wait([futures[r] for _, joining in waiting for r in joining.refs], timeout=_left(waiting))
             waiting = self._settle_done(waiting, {r for r, f in futures.items() if f.done()})
+        rejoins, left = self._rejoins()
+        if rejoins:
+            await asyncio.wait([asyncio.wrap_future(r.future()) for r in rejoins], timeout=left)
+
+    def _rejoins(self) -> tuple[list[Any], float]:
+        """Take the joins sent to restarted members at the last step's end; return their refs and the wait left.
+
+        Waited for before the next block opens anything, as fresh members' joins are: the new
+        process's start-up and warm-up land between steps, not in the user's next step.
+        """
+        sent, self.restarting = self.restarting, []
+        if not self._joining():
+            with OWNER._lock:
+                OWNER.settle = [p for p in OWNER.settle if p is not self]
+        owed = [s for s in sent if s in s.member.pending]
+        if not owed:
+            return [], 0.0
+        return [s.ref for s in owed], max(0.0, min(s.deadline for s in owed) - time.monotonic())
+
+    def _restarted(self, told: Sequence[Member]) -> None:
+        """At a step's end, send their join to the members ``told`` of it that Ray restarted.
+
+        Such a member answered its step entry unconfigured (a new process). Never waits here: the
+        join is waited for before the next block opens (:meth:`_rejoins`).
+        """
+        entries = [s for s in self.leaving if s.what == "enter step"]  # the leaves just sent cannot have answered
+        if entries:
+            unanswered = _control.check(entries)
+            self.leaving = [s for s in self.leaving if (s.what != "enter step" or s in unanswered)
+                            and s.member.lost is None]
+        for m in told:
+            grp = self.groups.get(m.group)
+            if grp is not None and m.unjoined and not m.dead and not any(s.what == "join" for s in m.pending):
+                sent = Sent(self.join_refs(grp, [m])[0], m, "join")
+                m.pending = [sent]
+                self.restarting.append(sent)
+        if self.restarting:
+            with OWNER._lock:
+                if self not in OWNER.settle:
+                    OWNER.settle = [*OWNER.settle, self]
 
     def _joining(self) -> list[tuple[WorkerGroup, Joining]]:
         return [(g, g.joining) for g in self.groups.values() if g.joining is not None]
@@ -435,12 +480,14 @@ class Driver:
         The next step's entry, or ``flush``, waits for the rest and reports failures.
         """
         try:
-            acted = [m for m in self.told if m.collect]  # only they wrote anything in this step
+            told = self.told
+            acted = [m for m in told if m.collect]  # only they wrote anything in this step
             now, later = self._refs(_worker.step_exit, handle)  # type: ignore[arg-type]
             self.leaving.extend(later)
             _wait(now)
             if acted:
                 collect(runtime, acted)
+            self._restarted(told)
         finally:
             self.step = None
 
@@ -456,12 +503,14 @@ class Driver:
 
     async def aexit(self, runtime: Any, handle: object) -> None:
         try:
-            acted = [m for m in self.told if m.collect]
+            told = self.told
+            acted = [m for m in told if m.collect]
             now, later = self._refs(_worker.step_exit, handle)  # type: ignore[arg-type]
             self.leaving.extend(later)
             await _await(now)
             if acted:
                 await asyncio.to_thread(collect, runtime, acted)
+            self._restarted(told)
         finally:
             self.step = None
 
@@ -494,6 +543,7 @@ class Driver:
         self.leaving = []
         self.told = []
         self.late = []
+        self.restarting = []
         self.step = None
 
 
