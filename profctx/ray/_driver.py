@@ -834,11 +834,25 @@ def _record_death(target: Target, error: BaseException) -> None:
         return
     method = _describe(target)
     member = _member_of(target, error)
+    if member is not None and member.lost is not None:
+        return  # recorded when it was lost (its control calls failed first): one row per member
     group_name, rank = (member.group, member.rank) if member is not None else (None, None)
-    runtime.record(failed_call(scope.step, "/".join((*scope.roles, method)), _message(error),
-                               f"the actor running {method} died", target_group=group_name, target_rank=rank))
-    if member is not None and member.lost is None:  # recorded here: the control calls do not record it again
+    # Filed in the step it stopped answering in: a control call still unanswered says it died in that step.
+    step = _owed_step(member) if member is not None else None
+    runtime.record(failed_call(scope.step if step is None else step, "/".join((*scope.roles, method)),
+                               _message(error), f"the actor running {method} died", target_group=group_name,
+                               target_rank=rank, target_pid=None if member is None else member.pid, lost=True))
+    if member is not None:  # recorded here: the control calls do not record it again
         member.lost, member.dead, member.pending = f"died: {_message(error)}", True, []
+
+
+def _owed_step(member: Member) -> int | None:
+    """Return the earliest step of a control call ``member`` has not answered (``None``: it owes none)."""
+    driver = OWNER.driver
+    if not isinstance(driver, Driver):
+        return None
+    steps = [s.step for s in driver.leaving if s.member is member and s.step is not None]
+    return min(steps) if steps else None
 
 
 def _refuse_inside_loop(name: str, twin: str) -> None:

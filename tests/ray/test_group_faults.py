@@ -412,6 +412,9 @@ def test_a_killed_member_is_recorded_lost_once_and_never_waited_for(ray_cluster:
             t0 = time.monotonic()
             with profctx.profile_step(step):
                 assert ray.get(actors[0].work.remote()) == step
+                if step == 3:  # the user's own call finds it dead too: still one row, in the step it died in
+                    (dead,) = pray.fan_out([(actors[1], "work")], return_exceptions=True)
+                    assert isinstance(dead, ray.exceptions.RayActorError)
             walls.append(time.monotonic() - t0)
         assert max(walls) < 5.0, walls  # a death is an answer: no step waits out the control timeout
         # flush() waits for the answers still owed (a sync member's are read late): the death is one of them.
@@ -423,5 +426,7 @@ def test_a_killed_member_is_recorded_lost_once_and_never_waited_for(ray_cluster:
     records = _manifest.read(tmp_path)
     lost = [r for r in records if r.get("lost") and r.get("group") is None]
     assert [(r["target_group"], r["target_rank"], r["target_pid"]) for r in lost] == [("actor", 1, killed.pid)]
-    assert "died" in lost[0]["error"] and lost[0]["step"] in (1, 2, 3, 4)
+    # It died after step 1's calls: the first control call it did not answer was step 1's leave or step 2's entry.
+    assert "died" in lost[0]["error"] and lost[0]["step"] in (1, 2)
+    assert not [r for r in records if r.get("target_rank") == 1 and r is not lost[0]]  # no second row
     assert sorted(r["steps"][0] for r in records if r.get("group") == "actor" and r["rank"] == 1) == [1]
