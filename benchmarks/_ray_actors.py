@@ -66,6 +66,11 @@ class Probe:
         time.sleep(ms / 1e3)
         return 1
 
+    def work_riding(self, ms: float, control: tuple[int, float, float] | None = None) -> int:
+        """``work`` with step control riding as an argument of the step's own call (the ``ride`` prototype)."""
+        time.sleep(ms / 1e3)
+        return 1
+
     def local_cost(self, calls: int) -> tuple[float, float]:
         """Return the ns per call of ``self.tick()`` and ``self.plain()`` inside this process."""
         times = []

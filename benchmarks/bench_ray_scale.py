@@ -15,6 +15,10 @@ joins sent; reading ``members`` waits for them), against Ray's own cost of one n
 ``__ray_call__`` to every actor (the same actors, just before). Afterwards, the manifest must
 hold exactly one capture per selected member per in-window step.
 
+``--only ride``: pure Ray, no profctx: the same step with control for the selected actors sent as
+separate calls, riding as an argument of the step's own call (entry only, or entry and leave), the
+floor of each design (:func:`bench_ride`).
+
 ``--only sim``: no Ray cluster. Stand-in handles answer profctx's control calls like actors
 (each answer ready after ``--latency-ms`` ± 50 %, in parallel, as actors are); ``ray.wait`` and
 ``ray.get`` are replaced, in ``profctx.ray`` only, by their stand-in twins. One group of N
@@ -54,6 +58,65 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from _ray_actors import Probe, nothing  # noqa: E402 - the folder is on sys.path only from here
 
+# -- the ride prototype: pure Ray, what control riding the step's own call would cost --------------------
+
+
+def bench_ride(workers: int, selected: int, rounds: int, steps: int, work_ms: float) -> None:
+    """Time one step of one ``work`` call to every actor, control for ``selected`` of them sent four ways.
+
+    ``separate``: two ``__ray_call__`` control calls per selected actor (enter before the step's
+    calls, leave after; never waited for, their replies checked at the next step, as profctx does
+    for sync members); ``enter rides``: the step's own call to a selected actor carries the entry
+    as an argument, the leave is a separate call; ``both ride``: the entry rides and the leave
+    rides on the next step's call (nothing separate). Pure Ray, no profctx: the floor of each design.
+    """
+    actors = [Probe.remote() for _ in range(workers)]  # type: ignore[attr-defined]
+    ray.get([a.plain.remote() for a in actors])
+    chosen = actors[:selected]
+    rest = actors[selected:]
+    pending: list[Any] = []
+
+    def step(kind: str, number: int) -> None:
+        nonlocal pending
+        if pending:
+            ray.wait(pending, num_returns=len(pending), timeout=0)  # checked, never waited for
+        if kind == "separate":
+            pending = [a.__ray_call__.remote(nothing) for a in chosen]
+        if kind == "plain":
+            ray.get([a.work.remote(work_ms) for a in actors])
+        else:
+            control = None if kind == "separate" else (number, time.time(), 60.0)
+            ray.get([*(a.work_riding.remote(work_ms, control) for a in chosen),
+                     *(a.work.remote(work_ms) for a in rest)])
+        if kind in ("separate", "enter rides"):
+            pending = [*pending, *(a.__ray_call__.remote(nothing) for a in chosen)]
+
+    kinds = ("plain", "separate", "enter rides", "both ride")
+    wall: dict[str, list[float]] = {k: [] for k in kinds}
+    cpu: dict[str, list[float]] = {k: [] for k in kinds}
+    for _ in range(rounds):
+        for kind in kinds:
+            step(kind, 0)  # warm
+            ws, cs = [], []
+            for n in range(steps):
+                c0, t0 = time.process_time(), time.perf_counter()
+                step(kind, n)
+                ws.append(time.perf_counter() - t0)
+                cs.append(time.process_time() - c0)
+            wall[kind].append(statistics.median(ws) * 1e3)
+            cpu[kind].append(statistics.median(cs) * 1e3)
+    for a in actors:
+        ray.kill(a)
+    base_w, base_c = statistics.median(wall["plain"]), statistics.median(cpu["plain"])
+    print(f"\n## ride prototype: {workers} actors, {selected} get control, one work({work_ms:g} ms) call to each "
+          f"per step; median of {rounds} rounds of {steps} steps")
+    print("| control | step (ms) | x plain | driver CPU per step (ms) | CPU added per selected actor (ms) |")
+    print("|---|---:|---:|---:|---:|")
+    for kind in kinds:
+        w, c = statistics.median(wall[kind]), statistics.median(cpu[kind])
+        print(f"| {kind} | {w:.1f} | {w / base_w:.3f} | {c:.2f} | {(c - base_c) / selected:.3f} |")
+
+
 # -- the real run -----------------------------------------------------------------------------------
 
 
@@ -66,10 +129,16 @@ def _step(actors: Sequence[Any], ms: float, calls: int) -> None:
         ray.get([a.work.remote(ms) for a in actors])
 
 
-def _steps(actors: Sequence[Any], steps: Sequence[int] | None, count: int, ms: float, calls: int) -> float:
+#: The driver's CPU time (ms, every thread of the process: Ray's own threads send the calls) of each step timed.
+CPU: dict[str, list[float]] = {}
+
+
+def _steps(actors: Sequence[Any], steps: Sequence[int] | None, count: int, ms: float, calls: int,
+           kind: str = "") -> float:
     """Return the median wall time (ms) of ``count`` steps (``steps``: their numbers, or no step block)."""
     times = []
     for i in range(count):
+        c0 = time.process_time()
         t0 = time.perf_counter()
         if steps is None:
             _step(actors, ms, calls)
@@ -77,6 +146,7 @@ def _steps(actors: Sequence[Any], steps: Sequence[int] | None, count: int, ms: f
             with profctx.profile_step(steps[i]):
                 _step(actors, ms, calls)
         times.append((time.perf_counter() - t0) * 1e3)
+        CPU.setdefault(f"{kind}:{calls}", []).append((time.process_time() - c0) * 1e3)
     return statistics.median(times)
 
 
@@ -123,10 +193,10 @@ def bench_real(save: str, workers: int, selected: Sequence[int], tool: str, roun
         ratios_out, ratios_in, base_ms, out_ms, in_ms = [], [], [], [], []
         _steps(actors, None, 2, work_ms, per_step)  # warm
         for _ in range(rounds):
-            base = _steps(actors, None, steps, work_ms, per_step)
+            base = _steps(actors, None, steps, work_ms, per_step, "base")
             rejoined.append(register()[1])  # members keep the configuration they had: a join that changes nothing
             out = _steps(actors, [next(out_window) for _ in range(steps)], steps, work_ms, per_step)
-            inside = _steps(actors, [next(in_window) for _ in range(steps)], steps, work_ms, per_step)
+            inside = _steps(actors, [next(in_window) for _ in range(steps)], steps, work_ms, per_step, "in")
             captured_steps += steps
             profctx.ray.flush()
             profctx.reset()
@@ -151,6 +221,11 @@ def bench_real(save: str, workers: int, selected: Sequence[int], tool: str, roun
               f"| {statistics.median(ratios_out):.3f} ({min(ratios_out):.3f}-{max(ratios_out):.3f}) | <= 1.02 |")
         print(f"| N={per_step}: step in the window, {sum(selected)} members capture | {statistics.median(in_ms):.1f} "
               f"| {statistics.median(ratios_in):.3f} ({min(ratios_in):.3f}-{max(ratios_in):.3f}) | <= 1.5 |")
+        base_cpu, in_cpu = (statistics.median(CPU[f"{k}:{per_step}"]) for k in ("base", "in"))
+        print(f"| N={per_step}: driver CPU per step, baseline / in the window | {base_cpu:.2f} / {in_cpu:.2f} "
+              f"| {in_cpu / base_cpu:.2f} | |")
+        print(f"| N={per_step}: driver CPU added per selected member per in-window step | "
+              f"{(in_cpu - base_cpu) / sum(selected):.3f} | | <= 0.3 |")
     print(f"| Ray: one no-op __ray_call__ to every actor | {ray_round * 1e3:.1f} | 1.00 | |")
     print(f"| group() of the three groups, fresh actors, until every member joined | {registered * 1e3:.1f} "
           f"| {registered / ray_round:.2f} | <= 2 |")
@@ -301,8 +376,8 @@ def _slope(xs: Sequence[float], ys: Sequence[float]) -> float:
 
 def bench_sim(save: str, latency_ms: float, steps: int) -> None:
     latency = latency_ms / 1e3
-    real = (profctx.ray.ray, profctx.ray._control.ray)
-    profctx.ray.ray = profctx.ray._control.ray = STAND_IN_RAY  # type: ignore[attr-defined]
+    real = (profctx.ray._driver.ray, profctx.ray._control.ray)
+    profctx.ray._driver.ray = profctx.ray._control.ray = STAND_IN_RAY  # type: ignore[attr-defined]
     logging.getLogger("profctx").setLevel(logging.ERROR)  # a lost member is logged once; hundreds here
     try:
         print(f"\n## sim: one group, stand-in members answering after {latency_ms:g} ms ± 50 %; "
@@ -334,7 +409,7 @@ def bench_sim(save: str, latency_ms: float, steps: int) -> None:
               f"{_slope(xs, [r['in_cpu_ms'] for _, r in by_selected]) * 1e3:.2f} µs, wall "
               f"{_slope(xs, [r['in_wall_ms'] for _, r in by_selected]) * 1e3:.2f} µs")
     finally:
-        profctx.ray.ray, profctx.ray._control.ray = real  # type: ignore[attr-defined]
+        profctx.ray._driver.ray, profctx.ray._control.ray = real  # type: ignore[attr-defined]
 
 
 def _row(n: int, s: int, r: dict[str, float], label: str = "") -> None:
@@ -360,13 +435,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as save:
         if "sim" in only:
             bench_sim(save, args.latency_ms, args.sim_steps)
-        if "real" in only:
+        if "ride" in only or "real" in only:
             ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False,
                      runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(
                          p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)}})
             try:
-                bench_real(save, args.workers, [int(k) for k in args.selected.split(",")], args.tool, args.rounds,
-                           args.steps, args.work_ms, [int(c) for c in args.calls.split(",")])
+                if "ride" in only:
+                    bench_ride(args.workers, sum(int(k) for k in args.selected.split(",")), args.rounds, args.steps,
+                               args.work_ms)
+                if "real" in only:
+                    bench_real(save, args.workers, [int(k) for k in args.selected.split(",")], args.tool,
+                               args.rounds, args.steps, args.work_ms, [int(c) for c in args.calls.split(",")])
             finally:
                 ray.shutdown()
 

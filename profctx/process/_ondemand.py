@@ -710,7 +710,10 @@ class OnDemand:
         Captures started and not finished (recording, or their files being written) are noted:
         the anomaly watch judges no step while one is (profctx's own work is no anomaly).
         """
-        if record.get("kind") not in CAPTURE_KINDS:
+        kind = record.get("kind")
+        if kind == "engine":  # an engine's capture of a request's step says who asked, as the process's own does
+            return self.annotate(dict(record)) if self.requests else record
+        if kind not in CAPTURE_KINDS:
             return record
         capture, event = record.get("capture"), record.get("event")
         with self.lock:

@@ -18,16 +18,15 @@ import json
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from ..core._ondemand import parse
 from ..process import _api, _lifecycle
 from ..process._block import Held, hold
-from ..process._ondemand import OnDemand
 from ..process._owner import OWNER
-from ..records._listing import index_path
+from ..records._manifest import failed_call
 from ..util._errors import ConfigError
 from ..util._log import logger, warn_once
 
@@ -43,6 +42,8 @@ def _on_control_thread(fn: Callable[[], R]) -> R:
         return fn()
     control = OWNER.control
     if control is None:
+        from concurrent.futures import ThreadPoolExecutor  # async and threaded actors only: not at every join
+
         control = OWNER.control = ThreadPoolExecutor(1, thread_name_prefix="profctx-control")
     result: R = control.submit(fn).result(CONTROL_TIMEOUT)
     return result
@@ -155,15 +156,23 @@ def _decorated(fn: Any) -> bool:
     return False
 
 
-def step_enter(actor: Any, step: int, request: Mapping[str, Any] | None = None) -> bool:
+def step_enter(actor: Any, step: int, request: Mapping[str, Any] | None = None,
+               sent: tuple[float, float] | None = None) -> bool:
     """Hold ``step`` for this process (the driver entered it); return whether profctx is configured here.
 
     ``request``: the on-demand or anomaly request whose steps the driver captures now (see
     :mod:`profctx.process._ondemand`): this member captures them as the request says.
+    ``sent``: (wall-clock time of the oldest control call the driver still waited on from this
+    member when it sent this one, control timeout). Served more than the timeout after that, the
+    call is a leftover of a time this process did not run (stopped, starved, partitioned): the
+    driver has moved on, so the step is not held, and is recorded ``lost`` here instead.
     """
     runtime = OWNER.runtime
     if runtime is None:
         return False
+    if sent is not None and time.time() - sent[0] > sent[1]:
+        _missed(runtime, step, time.time() - sent[0], sent[1])
+        return True
     if request is not None:
         _follow(runtime, request)
 
@@ -180,6 +189,8 @@ def step_enter(actor: Any, step: int, request: Mapping[str, Any] | None = None) 
 
 def _follow(runtime: Any, data: Mapping[str, Any]) -> None:
     """Add the steps of a request the driver accepted to this member's window (once per request)."""
+    from ..process._ondemand import OnDemand  # on-demand machinery: loaded where a request arrives, not at join
+
     try:
         if runtime.ondemand is None:  # configured on its own, without on_demand: the driver's request still counts
             runtime.ondemand = OnDemand(runtime)
@@ -189,17 +200,40 @@ def _follow(runtime: Any, data: Mapping[str, Any]) -> None:
                   "request: %s", exc)
 
 
-def step_exit(actor: Any, step: int, collect: bool = False) -> bool:
+def _missed(runtime: Any, step: int, behind: float, timeout: float) -> None:
+    """Record that this process did not run ``step``: the driver's call to enter it came ``behind`` seconds late."""
+    identity = runtime.identity()
+    who = f"{identity.group} rank {identity.rank}"
+    warn_once("missed-steps", "profctx: %s served the driver's call to enter step %s %.1fs after it was due "
+              "(control_timeout %gs): this process was not running; such steps are recorded lost, not captured",
+              who, step, behind, timeout)
+    try:
+        runtime.record(failed_call(
+            step, None, f"{who} did not run step {step}: its call to enter it was served {behind:.1f}s late",
+            f"not running for longer than control_timeout ({timeout:g}s): stopped, starved or partitioned",
+            lost=True))
+    except Exception as exc:  # noqa: BLE001 - recording must not break the worker
+        logger.debug("profctx: could not record a missed step: %s", exc)
+
+
+def step_exit(actor: Any, step: int, collect: bool = False, sent: tuple[float, float] | None = None) -> bool:
     """Release the step :func:`step_enter` held (the driver left it); return whether one was held.
 
     ``collect``: the driver copies this worker's files next (no shared file system), so wait
-    until the writer thread has written them.
+    until the writer thread has written them. ``sent``: (wall-clock time the driver sent this
+    call, control timeout): served later than the timeout, the capture is noted as covering
+    time this process did not run.
     """
     held: Held | None = OWNER.held
     if held is None or held.scope.step != step:
         if collect and OWNER.runtime is not None:
             OWNER.runtime.flush(CONTROL_TIMEOUT)
         return False
+    behind = 0.0 if sent is None else time.time() - sent[0]
+    spec = getattr(held.target, "spec", None)
+    if sent is not None and behind > sent[1] and spec is not None:
+        spec.notes.append(f"left step {step} {behind:.1f}s after the driver did (control_timeout {sent[1]:g}s): "
+                          "this process did not run for part of the capture (stopped, starved or partitioned)")
 
     def leave() -> bool:
         try:
@@ -231,11 +265,14 @@ def flush(actor: Any, timeout: float | None) -> bool:
 
 
 def listing(actor: Any) -> list[tuple[str, int]]:
-    """Return ``(path relative to save_path, size)`` of this worker's finished trace files, shard and listing index.
+    """Return ``(path relative to save_path, size)`` of this worker's finished traces, timeline, shard and index.
 
-    Traces first, then the shard, then its listing index (``profctx ls`` reads it to skip parsing
-    the shard): a driver copying in this order never shows a record whose files are not there yet.
+    Traces first, then the step timeline, then the shard, then its listing index (``profctx ls``
+    reads it to skip parsing the shard): a driver copying in this order never shows a record whose
+    files are not there yet.
     """
+    from ..records._listing import index_path  # a collected member's copies only: not at every join
+
     runtime = OWNER.runtime
     writer = runtime.manifest_writer() if runtime is not None else None
     if runtime is None or writer is None or not writer.path.is_file():
@@ -253,6 +290,10 @@ def listing(actor: Any) -> list[tuple[str, int]]:
                 if record.get("event") == "finished" and path.is_file():
                     files[str(entry["path"])] = path.stat().st_size
     out = sorted(files.items())
+    timeline = runtime.timeline.path if runtime.timeline is not None else None
+    if timeline is not None and os.path.isfile(timeline):
+        # Appended to, a whole line per step: a copy of its first bytes is a timeline of the steps so far.
+        out.append((os.path.relpath(timeline, root), os.path.getsize(timeline)))
     index = index_path(writer.path)
     # The index's size is taken before the shard's: it never describes shard bytes the copy lacks.
     indexed = index.stat().st_size if index.is_file() else None

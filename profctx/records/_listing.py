@@ -87,17 +87,25 @@ def source_text(record: CaptureRecord) -> str:
 
 
 def note(record: CaptureRecord) -> str:
-    """Return why a capture is not plainly ok: its reason, error, or notes."""
+    """Return why a capture is not plainly ok, on one line: its reason, error, or notes."""
     status = record.status
     if status == "skipped":
-        return record.reason or "skipped"
+        return _first_line(record.reason or "skipped")
     if status == "failed":
-        return record.error or "failed"
+        return _first_line(record.error or "failed")
     if status == "open":
         return "started, never finished (still running, or the process died)"
     if status == "interrupted":
-        return record.error or record.reason or "interrupted (the process was stopped during the capture)"
-    return "; ".join(record.notes)
+        return _first_line(record.error or record.reason or "interrupted (the process was stopped during the capture)")
+    return "; ".join(_first_line(n) for n in record.notes)
+
+
+def _first_line(text: str) -> str:
+    """Return ``text``'s first non-blank line, with `` …`` when more follow (a Ray error spans many)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return lines[0] if lines else text.strip()
+    return f"{lines[0]} …"
 
 
 def typed_row(record: CaptureRecord) -> Row:

@@ -104,3 +104,21 @@ def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch: pytest.M
     assert Style(io.StringIO()).status("failed") == "failed"  # a pipe
     monkeypatch.setenv("NO_COLOR", "1")
     assert Style(_Terminal()).status("failed") == "failed"
+
+
+def test_ls_shows_one_line_per_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A Ray error as an engine actor's failure records it: a header line, then the actor's details.
+    import profctx
+    from profctx.process._owner import OWNER
+    from profctx.records._manifest import failed_call
+
+    profctx.configure(save_path=tmp_path, steps=[1], tool="noop")
+    error = "ActorDiedError: The actor died unexpectedly before finishing this task.\n\tclass_name: Engine\n\tpid=42"
+    assert OWNER.runtime is not None
+    OWNER.runtime.record(failed_call(1, "rollout", error, "the engine actor died", kind="engine", engine="vllm"))
+    profctx.reset()
+    assert main(["ls", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    (row,) = [line for line in out.splitlines() if " failed " in line]
+    assert row.rstrip().endswith("The actor died unexpectedly before finishing this task. …"), row
+    assert "class_name" not in out and "pid=42" not in out

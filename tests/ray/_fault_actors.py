@@ -88,3 +88,10 @@ def wait_for(actor: Any, path: str) -> bool:
 # Registered wherever this module is imported: the driver (the test) and every member (Ray loads the classes).
 register(HangingStart.name, HangingStart)
 register(SlowPrepare.name, SlowPrepare)
+
+
+class SlowStart(Member):
+    """A member whose ``__init__`` waits until ``gate`` exists (a model loading), at most 60 s."""
+
+    def __init__(self, gate: str) -> None:
+        wait_for(self, gate)

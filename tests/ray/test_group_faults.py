@@ -17,7 +17,7 @@ from profctx.records import _manifest
 
 ray = pytest.importorskip("ray")
 pray = pytest.importorskip("profctx.ray")
-from _fault_actors import KINDS, HangingStart, Member, SlowPrepare, state, wait_for  # noqa: E402 - after the skip
+from _fault_actors import KINDS, HangingStart, Member, SlowPrepare, SlowStart, state, wait_for  # noqa: E402 - after the skip
 
 pytestmark = pytest.mark.slow
 
@@ -96,14 +96,50 @@ def test_a_member_frozen_before_it_joins_is_waited_for_at_most_the_group_timeout
         with profctx.profile_step(1):  # waits for the joins: the frozen one's until the timeout, then goes on
             assert ray.get(actors[0].work.remote()) == 1
         assert [m.pid for m in grp.members] == [pids[0], None]
-        assert "rank 1 could not join: TimeoutError: did not join within 1.0s" in caplog.text
-        assert pray.flush(timeout=1) == [True, False]  # its step entry went unanswered: lost, not called
+        assert "rank 1 has not joined within 1.0s" in caplog.text
+        assert pray.flush(timeout=1) == [True, False]  # not joined: told of no step, and its flush unanswered
     finally:
         os.kill(pids[1], signal.SIGCONT)
         for actor in actors:
             ray.kill(actor)
-    lost = [r for r in _manifest.read(tmp_path) if r.get("lost")]
-    assert [(r["target_rank"], r["step"]) for r in lost] == [(1, 1)]
+    records = _manifest.read(tmp_path)
+    assert not [r for r in records if r.get("lost")]  # never told of a step: nothing to lose
+    assert [(r["rank"], r["steps"]) for r in records if r.get("group") == "actor"] == [(0, [1])]
+
+
+def test_a_join_that_answers_after_the_group_timeout_is_adopted(
+        ray_cluster: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # The member's __init__ (a model loading) outlasts group(timeout=): its join answers late. It is told of no
+    # step before the driver has read that join, then of every later one, and its files (another disk) are copied.
+    run, gate = tmp_path / "run", tmp_path / "gate"
+    profctx.configure(steps="1:9", mode="step", ranks="all", profile_driver=False, save_path=run, tool="recording",
+                      warmup=False)
+    fast = ray.remote(num_cpus=0)(Member).remote()
+    slow = ray.remote(num_cpus=0)(SlowStart).options(
+        runtime_env={"env_vars": {"PROFCTX_SAVE_PATH": str(tmp_path / "worker-disk")}}).remote(str(gate))
+    try:
+        ray.get(fast.__ray_call__.remote(state))  # started (rank 0 is not under test: it may join late too)
+        grp = pray.group("actor", [fast, slow], timeout=1.0)
+        with profctx.profile_step(1):  # waits for the joins at most the timeout, then goes on without rank 1
+            ray.get(fast.work.remote())
+        assert "rank 1 has not joined within 1.0s" in caplog.text and grp.members[1].pid is None
+        gate.touch()
+        pid = ray.get(slow.__ray_call__.remote(state), timeout=60)["pid"]  # served after its __init__ and join
+        served = {}
+        for step in range(2, 8):
+            with profctx.profile_step(step):
+                served[step] = ray.get([fast.work.remote(), slow.work.remote()])
+        adopted = min(s for s, (_, held) in served.items() if held == s)
+        assert adopted <= 3 and all(served[s][1] == s for s in range(adopted, 8)), served  # read at the next step
+        member = grp.members[1]
+        assert (member.pid, member.collect) == (pid, True) and member.actor_id is not None
+        assert pray.flush() == [True, True]
+    finally:
+        for actor in (fast, slow):
+            ray.kill(actor)
+    records = [r for r in _manifest.read(run) if r.get("group") == "actor"]
+    assert sorted(r["steps"][0] for r in records if r["rank"] == 1) == list(range(adopted, 8))
+    assert all(r["status"] == "ok" and r["pid"] == pid for r in records if r["rank"] == 1)
 
 
 @pytest.mark.parametrize("driver", ["sync", "async"])
@@ -201,12 +237,52 @@ def test_a_frozen_member_is_lost_once_then_rejoins(ray_cluster: Any, tmp_path: P
         for actor in actors:
             ray.kill(actor)
     records = _manifest.read(tmp_path)
-    lost = [r for r in records if r.get("lost")]
+    lost = [r for r in records if r.get("lost") and r.get("group") is None]  # the driver's rows
     assert [(r["target_group"], r["target_rank"], r["target_pid"]) for r in lost] == [("actor", 1, frozen.pid)]
     assert "no answer to 'enter step' within 2s" in lost[0]["error"]
-    steps = sorted((r["rank"], r["steps"][0]) for r in records if r.get("group") == "actor")
+    steps = sorted((r["rank"], r["steps"][0]) for r in records if r.get("group") == "actor" and r["status"] == "ok")
     assert [s for r, s in steps if r == 0] == [1, 2, 3, 4, 5, 6, 7, 8]
-    assert [s for r, s in steps if r == 1] == [1, *range(back, 9)]  # step 1 entered late, then back
+    # Step 1's entry was served after the driver had given up on it: not captured, recorded lost by the member.
+    assert [s for r, s in steps if r == 1] == list(range(back, 9))
+    missed = [r for r in records if r.get("group") == "actor" and r.get("lost")]
+    assert [(r["rank"], r["step"]) for r in missed] == [(1, 1)] and "did not run step 1" in missed[0]["error"]
+
+
+def test_a_member_frozen_inside_a_step_does_not_capture_the_steps_it_missed(ray_cluster: Any, tmp_path: Path) -> None:
+    # The issue's case: frozen while it holds step 2, the driver goes on with steps 3-6; thawed, the member serves
+    # their queued control calls back to back: those are recorded lost, not captured as if it had run them.
+    timeout = 2.0
+    profctx.configure(steps="1:20", mode="step", ranks="all", profile_driver=False, save_path=tmp_path,
+                      tool="recording", warmup=False)
+    actors = [KINDS["sync"]().remote() for _ in range(2)]
+    try:
+        grp = pray.group("actor", actors, control_timeout=timeout)
+        frozen = grp.members[1]
+        with profctx.profile_step(1):
+            assert ray.get([a.work.remote() for a in actors]) == [1, 1]
+        with profctx.profile_step(2):
+            assert ray.get([a.work.remote() for a in actors]) == [2, 2]
+            os.kill(frozen.pid, signal.SIGSTOP)  # inside the step it holds
+        try:
+            for step in (3, 4, 5, 6):
+                with profctx.profile_step(step):
+                    assert ray.get(actors[0].work.remote()) == step
+            time.sleep(1.5 * timeout)  # every call sent so far is served more than the timeout late
+        finally:
+            os.kill(frozen.pid, signal.SIGCONT)
+        for step in range(7, 15):
+            with profctx.profile_step(step):
+                assert ray.get(actors[0].work.remote()) == step
+        assert pray.flush() == [True, True]
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+    records = [r for r in _manifest.read(tmp_path) if r.get("group") == "actor" and r["rank"] == 1]
+    captured = {r["steps"][0]: r for r in records if r["status"] == "ok"}
+    missed = sorted(r["step"] for r in records if r.get("lost"))
+    assert missed == [3, 4, 5, 6] and not set(missed) & set(captured), (missed, sorted(captured))
+    assert {1, 2, 14} <= set(captured)  # it captured again once the driver's calls were current
+    assert any("left step 2" in note for note in captured[2]["notes"])  # the capture spans the freeze: said so
 
 
 def test_a_death_through_a_bound_method_target_names_the_worker(ray_cluster: Any, tmp_path: Path) -> None:
@@ -245,17 +321,18 @@ def test_a_member_ray_restarted_joins_again_by_itself(ray_cluster: Any, tmp_path
                 assert time.monotonic() < deadline, "the actor was not restarted"
                 time.sleep(0.2)
         served = []
-        for step in range(2, 7):  # 2: answers unconfigured; 3: joined again; from 4: held
+        for step in range(2, 7):  # 2: answers unconfigured, joined again at its end; from 3: held
             with profctx.profile_step(step):
                 served.append(ray.get(actor.work.remote()))
         assert grp.members[0].pid not in (None, first)
-        assert served[-2:] == [5, 6]
+        # The new process's join ran between steps 2 and 3 (waited for before step 3 opened), not in step 3.
+        assert served == [None, 3, 4, 5, 6]
         pray.flush()
     finally:
         ray.kill(actor)
     records = [r for r in _manifest.read(tmp_path) if r.get("group") == "actor"]
     assert (first, 1) in {(r["pid"], r["step"]) for r in records}
-    assert {5, 6} <= {r["step"] for r in records if r["pid"] == grp.members[0].pid}
+    assert {r["step"] for r in records if r["pid"] == grp.members[0].pid} == {3, 4, 5, 6}
 
 
 def test_an_async_driver_awaits_a_frozen_member_at_most_its_timeout(ray_cluster: Any, tmp_path: Path) -> None:
@@ -288,7 +365,7 @@ def test_an_async_driver_awaits_a_frozen_member_at_most_its_timeout(ray_cluster:
     finally:
         for actor in actors:
             ray.kill(actor)
-    assert len([r for r in _manifest.read(tmp_path) if r.get("lost")]) == 1
+    assert len([r for r in _manifest.read(tmp_path) if r.get("lost") and r.get("group") is None]) == 1
 
 
 def test_a_member_hung_in_its_step_entry_costs_one_control_timeout_and_is_recorded(
@@ -314,7 +391,7 @@ def test_a_member_hung_in_its_step_entry_costs_one_control_timeout_and_is_record
         for actor in actors:
             ray.kill(actor)
     records = _manifest.read(tmp_path)
-    (lost,) = [r for r in records if r.get("lost")]
+    (lost,) = [r for r in records if r.get("lost") and r.get("group") is None]
     assert (lost["target_group"], lost["target_rank"], lost["target_pid"], lost["step"]) == ("actor", 1, hung.pid, 1)
     assert sorted(r["steps"][0] for r in records if r.get("group") == "actor" and r["rank"] == 0) == [1, 2, 3]
 
@@ -335,6 +412,9 @@ def test_a_killed_member_is_recorded_lost_once_and_never_waited_for(ray_cluster:
             t0 = time.monotonic()
             with profctx.profile_step(step):
                 assert ray.get(actors[0].work.remote()) == step
+                if step == 3:  # the user's own call finds it dead too: still one row, in the step it died in
+                    (dead,) = pray.fan_out([(actors[1], "work")], return_exceptions=True)
+                    assert isinstance(dead, ray.exceptions.RayActorError)
             walls.append(time.monotonic() - t0)
         assert max(walls) < 5.0, walls  # a death is an answer: no step waits out the control timeout
         # flush() waits for the answers still owed (a sync member's are read late): the death is one of them.
@@ -344,7 +424,9 @@ def test_a_killed_member_is_recorded_lost_once_and_never_waited_for(ray_cluster:
         for actor in actors:
             ray.kill(actor)
     records = _manifest.read(tmp_path)
-    lost = [r for r in records if r.get("lost")]
+    lost = [r for r in records if r.get("lost") and r.get("group") is None]
     assert [(r["target_group"], r["target_rank"], r["target_pid"]) for r in lost] == [("actor", 1, killed.pid)]
-    assert "died" in lost[0]["error"] and lost[0]["step"] in (1, 2, 3, 4)
+    # It died after step 1's calls: the first control call it did not answer was step 1's leave or step 2's entry.
+    assert "died" in lost[0]["error"] and lost[0]["step"] in (1, 2)
+    assert not [r for r in records if r.get("target_rank") == 1 and r is not lost[0]]  # no second row
     assert sorted(r["steps"][0] for r in records if r.get("group") == "actor" and r["rank"] == 1) == [1]

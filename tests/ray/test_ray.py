@@ -298,8 +298,8 @@ def test_every_import_order_class_location_and_actor_kind(ray_cluster: Any, tmp_
 
 
 def test_workers_without_the_drivers_file_system_send_their_files_at_step_end(
-        ray_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pray, "CHUNK", 512)  # many chunks per trace: the copy is appended piece by piece
+        ray_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(pray._driver, "CHUNK", 512)  # many chunks per trace: the copy is appended piece by piece
     elsewhere = tmp_path / "worker-disk"  # the worker's own save root (PROFCTX_SAVE_PATH wins over the carried one)
     worker = ray.remote(num_cpus=0)(Plain).options(
         runtime_env={"env_vars": {"PROFCTX_SAVE_PATH": str(elsewhere)}}).remote()
@@ -333,6 +333,14 @@ def test_workers_without_the_drivers_file_system_send_their_files_at_step_end(
     indexes = sorted((elsewhere / ".profctx").glob("*.jsonl.index"))
     assert indexes and [(driver_root / ".profctx" / p.name).read_bytes() for p in indexes] == [
         p.read_bytes() for p in indexes]
+    # So do its step timelines: the driver's `profctx timeline` shows the worker's steps beside its own.
+    timelines = sorted((elsewhere / ".profctx").glob("*.timeline"))
+    assert timelines and [(driver_root / ".profctx" / p.name).read_bytes() for p in timelines] == [
+        p.read_bytes() for p in timelines]
+    capsys.readouterr()
+    assert main(["timeline", str(driver_root), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert {p["name"]: p["steps"] for p in shown["processes"]}["actor/rank0"] == 2  # steps 2 and 3
     ray.kill(worker)
 
 
