@@ -173,8 +173,7 @@ def _table(args: argparse.Namespace, rows_in: Iterable[Sequence[Any]], damaged: 
         append((begin, order, tuple(map(intern, row, row)), process))
     failed = "failed" in counts
     for where in damaged:
-        print(f"profctx ls: skipped an unreadable manifest line ({escape(where)}), likely cut by a crash",
-              file=sys.stderr)
+        print(_skipped(where), file=sys.stderr)
     # Cells come from the run folder (untrusted): escape control characters, once per distinct cell.
     unsafe = {cell: shown for cell in cells if (shown := escape(cell)) is not cell}
     if unsafe:
@@ -241,9 +240,15 @@ def _json(records: Iterator[CaptureRecord], damaged: list[str]) -> int:
     flush()
     out.write("]\n")
     for where in damaged:
-        print(f"profctx ls: skipped an unreadable manifest line ({escape(where)}), likely cut by a crash",
-              file=sys.stderr)
+        print(_skipped(where), file=sys.stderr)
     return FINDINGS if failed else OK
+
+
+def _skipped(where: str) -> str:
+    """Return what ``ls`` says of one damaged manifest entry: a shard it did not read (and why), or a line."""
+    if ": " in where:  # "SHARD: not read (a symbolic link ...)": the whole shard, refused or unreadable
+        return f"profctx ls: skipped the manifest shard {escape(where)}"
+    return f"profctx ls: skipped an unreadable manifest line ({escape(where)}), likely cut by a crash"
 
 
 def _alone(grouped: set[str], ungrouped: Iterable[tuple[str, str | None, int | None]],
