@@ -292,6 +292,15 @@ def summarize_records(
                 problems.append(str(exc))
         chosen_files.append(files if record.status == "ok" else [])
     chosen_files = _once(root, chosen_files, problems)
+    # A record whose every file another record names is a copy: counted once, with the first.
+    copies = {i for i, (record, files) in enumerate(zip(records, chosen_files, strict=True))
+              if record.status == "ok" and not files and any(is_trace_file(f.path) for f in record.files)}
+    if copies:
+        problems.extend(f"capture {records[i].capture}: every trace it names another record names too: left out"
+                        for i in sorted(copies))
+        records = [r for i, r in enumerate(records) if i not in copies]
+        chosen_files = [f for i, f in enumerate(chosen_files) if i not in copies]
+        total = sum(1 for r in records if r.status == "ok")
     # Every trace to read, in the order the loop below reads them: read ahead by a process pool
     # when there are enough of them (see _parallel.jobs_for), else one by one here.
     paths = [path for files in chosen_files for path in _resolved(root, files)]
