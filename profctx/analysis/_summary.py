@@ -291,7 +291,8 @@ def summarize_records(
             except UnsafeFileError as exc:
                 problems.append(str(exc))
         chosen_files.append(files if record.status == "ok" else [])
-    chosen_files = _once(root, chosen_files, problems)
+    find = _finder(root)
+    chosen_files = _once(find, chosen_files, problems)
     # A record whose every file another record names is a copy: counted once, with the first.
     copies = {i for i, (record, files) in enumerate(zip(records, chosen_files, strict=True))
               if record.status == "ok" and not files and any(is_trace_file(f.path) for f in record.files)}
@@ -303,12 +304,12 @@ def summarize_records(
         total = sum(1 for r in records if r.status == "ok")
     # Every trace to read, in the order the loop below reads them: read ahead by a process pool
     # when there are enough of them (see _parallel.jobs_for), else one by one here.
-    paths = [path for files in chosen_files for path in _resolved(root, files)]
+    paths = [path for files in chosen_files for path in _resolved(find, files)]
     read_one = partial(read_figures, root=root, budget=Budget.of(paths))
     seen: set[tuple[int, int]] = set()
     with Prefetched(read_one, paths, jobs_for(paths, jobs), server=jobs is not None) as read:
         for record, files in zip(records, chosen_files, strict=True):
-            summary = _capture(root, record, files, top, wanted, read, seen)
+            summary = _capture(root, record, files, top, wanted, read, seen, find)
             problems.extend(summary.problems)
             if record.is_engine:
                 engines.append(summary)
@@ -330,7 +331,26 @@ def summarize_records(
     return _assemble(root, chosen, captures, engines, problems, role_ops, top, straggler_ratio, wanted, driver)
 
 
-def _once(root: Path, chosen: list[list[str]], problems: list[str]) -> list[list[str]]:
+def _finder(root: Path) -> Callable[[str], Path]:
+    """Return :func:`~profctx.util._untrusted.resolve` of ``root``, each name resolved once (it walks every link)."""
+    found: dict[str, Path | str] = {}
+
+    def find(rel: str) -> Path:
+        hit = found.get(rel)
+        if hit is None:
+            try:
+                hit = resolve(root, rel)
+            except UnsafeFileError as exc:
+                hit = str(exc)
+            found[rel] = hit
+        if isinstance(hit, str):
+            raise UnsafeFileError(hit)
+        return hit
+
+    return find
+
+
+def _once(find: Callable[[str], Path], chosen: list[list[str]], problems: list[str]) -> list[list[str]]:
     """Return ``chosen`` (the files of each record) with each file kept for the first record naming it only.
 
     A file is known by its device and inode (a name that climbs and comes back, or an absolute name,
@@ -343,7 +363,7 @@ def _once(root: Path, chosen: list[list[str]], problems: list[str]) -> list[list
         for rel in files:
             key: object
             try:
-                path = resolve(root, rel)
+                path = find(rel)
             except UnsafeFileError:
                 mine.append(rel)  # refused where it is read, and said there
                 continue
@@ -361,12 +381,12 @@ def _once(root: Path, chosen: list[list[str]], problems: list[str]) -> list[list
     return kept
 
 
-def _resolved(root: Path, files: Sequence[str]) -> list[Path]:
+def _resolved(find: Callable[[str], Path], files: Sequence[str]) -> list[Path]:
     """Return the paths of ``files`` that :func:`_capture` reads (those it refuses are said there)."""
     found = []
     for rel in files:
         try:
-            found.append(resolve(root, rel))
+            found.append(find(rel))
         except UnsafeFileError:
             continue
     return found
@@ -380,7 +400,8 @@ def _engine_files(root: Path, folder: str, listed: set[str]) -> list[str]:
 def _capture(root: Path, record: CaptureRecord, files: Sequence[str], top: int,
              wanted: set[int] | None = None,
              read: Callable[[Path], TraceFigures] | None = None,
-             seen: set[tuple[int, int]] | None = None) -> CaptureSummary:
+             seen: set[tuple[int, int]] | None = None,
+             find: Callable[[str], Path] | None = None) -> CaptureSummary:
     ops: dict[tuple[int | None, str | None, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
     device: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     ranges: dict[tuple[int | None, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
@@ -393,7 +414,8 @@ def _capture(root: Path, record: CaptureRecord, files: Sequence[str], top: int,
     problems = []
     for rel in files:
         try:
-            path = resolve(root, rel)  # a run folder is untrusted: nothing outside it is read
+            # A run folder is untrusted: nothing outside it is read.
+            path = find(rel) if find is not None else resolve(root, rel)
         except UnsafeFileError as exc:
             problems.append(str(exc))
             continue

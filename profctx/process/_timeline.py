@@ -219,7 +219,7 @@ class Timeline:
             try:
                 self._append(lines)
             except Exception as exc:  # noqa: BLE001 - the timeline never breaks training
-                kept = exc.kept if isinstance(exc, _CutShort) else 0  # whole lines the disk took: not dropped
+                kept = exc.kept if isinstance(exc, _CutShortError) else 0  # whole lines the disk took: not dropped
                 self.dropped += sum(1 for line in lines[kept:] if line.startswith('{"step"'))
                 self.failed = f"{type(exc).__name__}: {exc}"
                 self.runtime.failure("timeline write", exc, in_flight=True)
@@ -255,7 +255,7 @@ class Timeline:
         if written != len(data):  # the disk filled up mid-batch: keep whole lines only
             end = data.rfind(b"\n", 0, written) + 1
             os.ftruncate(fd, start + end)
-            error = _CutShort(28, "No space left on device (timeline batch cut short)", self.path)
+            error = _CutShortError(28, "No space left on device (timeline batch cut short)", self.path)
             error.kept = data.count(b"\n", 0, end)
             raise error
 
@@ -313,7 +313,7 @@ class Timeline:
             warn_once("timeline-summary", "profctx: could not print the end-of-run summary: %s", exc)
 
 
-class _CutShort(OSError):
+class _CutShortError(OSError):
     """A batch the disk took only part of: its first ``kept`` lines are in the file."""
 
     kept = 0
