@@ -180,3 +180,46 @@ def test_a_non_finite_role_time_in_a_timeline_is_damage(tmp_path: Path, capsys: 
     assert [row["step"] for row in found["steps"]] == [1, 2, 3, 5, 6, 7, 8]
     assert any("line 5" in d for d in found["damaged"]), found["damaged"]
     assert all(row["roles"]["train"]["time_s"] == 0.25 for row in found["steps"])
+
+
+def _peak(folder: Path) -> int:
+    """Return the peak resident bytes of ``profctx timeline FOLDER --json`` in a fresh process (Linux: kB)."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    child = subprocess.Popen([sys.executable, "-m", "profctx", "timeline", str(folder), "--json"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    _, status, usage = os.wait4(child.pid, 0)
+    assert os.waitstatus_to_exitcode(status) in (0, 1, 2)
+    return usage.ru_maxrss * 1024
+
+
+def _timeline(path: Path, rank: int, steps: int) -> None:
+    header = {"v": 1, "schema": "profctx.timeline", "run": "r", "rank": rank, "world_size": 2, "host": "h",
+              "pid": 100 + rank}
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(header) + "\n")
+        for step in range(steps):
+            fh.write(f'{{"step":{step},"start":{1000.0 + step:.6f},"time_s":0.500000,'
+                     f'"roles":{{"rollout":[0.100000,1],"actor_update":[0.200000,2]}}}}\n')
+
+
+def test_timeline_memory_follows_the_bytes_it_reads_not_the_names_a_file_has(tmp_path: Path) -> None:
+    if not hasattr(os, "wait4"):
+        pytest.skip("reads a child's peak memory with os.wait4")
+    folder, empty = tmp_path / "run", tmp_path / "empty"
+    (folder / ".profctx").mkdir(parents=True)
+    (empty / ".profctx").mkdir(parents=True)
+    _timeline(folder / ".profctx" / "r.rank0-of-2.h.100.timeline", 0, 10_000)  # about 1 MB, read
+    linked = folder / ".profctx" / "r.rank1-of-2.h.101.timeline"
+    _timeline(linked, 1, 10_000)
+    for i in range(40):  # one more MB under 40 more names: refused (a hard link), so never read 41 times
+        os.link(linked, folder / ".profctx" / f"r.rank1-of-2.h.{200 + i}.timeline")
+    read = (folder / ".profctx" / "r.rank0-of-2.h.100.timeline").stat().st_size
+    # The same command on a folder with nothing to read: what starting and importing cost (ru_maxrss is a peak).
+    grown = _peak(folder) - _peak(empty)
+    # The reader keeps each step as Python objects, and the command builds its rows and JSON document (about
+    # 20x the file's bytes, measured in one process after a warm-up run): 40x leaves room for the allocator.
+    # Reading the linked file under each of its 41 names, as before, grows it by over 100x.
+    assert grown <= 40 * read, (grown, read)
