@@ -1,8 +1,8 @@
 """Benchmark what reading each trace once and budgeting inflation per command add to ``profctx summary``.
 
 The reader side of a run folder checks each trace's link count after opening (the ``fstat`` it made
-anyway), looks each trace up once by device and inode before reading (a ``stat`` a file) and sums the
-traces' sizes for the command's inflation budget (another ``stat`` a file). This writes a run of many
+anyway), and looks each trace up once by device and inode before reading (a ``stat`` a file, whose
+size also gives the command's inflation budget). This writes a run of many
 small synthetic torch-shaped traces (``--ranks`` x ``--steps`` x 2 roles, ``--events`` events each) and
 times ``summarize`` in this process, alternating runs with those look-ups and runs with them switched
 off, and prints the median of each and the difference per trace.
@@ -24,7 +24,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from analysis.synth import Spec, write_run
 
 from profctx.analysis import _summary
-from profctx.util._untrusted import Budget
 
 
 def main() -> None:
@@ -39,17 +38,16 @@ def main() -> None:
                 events=args.events)
     write_run(folder, spec)
     traces = sum(1 for p in folder.rglob("*.json*") if p.is_file())
-    once, of = _summary._once, Budget.of
+    once = _summary._once
 
     def timed(checks: bool) -> float:
-        _summary._once = once if checks else (lambda root, chosen, problems: chosen)  # type: ignore[assignment]
-        Budget.of = of if checks else classmethod(lambda cls, paths: cls(0))  # type: ignore[method-assign,assignment]
+        _summary._once = once if checks else (lambda find, chosen, problems: (chosen, 0))  # type: ignore[assignment]
         try:
             started = time.perf_counter()
             _summary.summarize(folder, jobs=1)
             return time.perf_counter() - started
         finally:
-            _summary._once, Budget.of = once, of  # type: ignore[method-assign]
+            _summary._once = once
 
     timed(True)  # warm the page cache and the imports
     with_checks, without = [], []
@@ -68,7 +66,6 @@ def main() -> None:
             find(name[0])
         started = time.perf_counter()
         once(find, names, [])
-        of(folder / name[0] for name in names)
         alone.append(time.perf_counter() - started)
     c = statistics.median(alone)
     print(f"the look-ups alone: {c * 1e3:.2f} ms for {len(names)} traces ({c / len(names) * 1e6:.2f} us a trace, "

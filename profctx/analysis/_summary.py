@@ -292,7 +292,7 @@ def summarize_records(
                 problems.append(str(exc))
         chosen_files.append(files if record.status == "ok" else [])
     find = _finder(root)
-    chosen_files = _once(find, chosen_files, problems)
+    chosen_files, on_disk = _once(find, chosen_files, problems)
     # A record whose every file another record names is a copy: counted once, with the first.
     copies = {i for i, (record, files) in enumerate(zip(records, chosen_files, strict=True))
               if record.status == "ok" and not files and any(is_trace_file(f.path) for f in record.files)}
@@ -305,7 +305,7 @@ def summarize_records(
     # Every trace to read, in the order the loop below reads them: read ahead by a process pool
     # when there are enough of them (see _parallel.jobs_for), else one by one here.
     paths = [path for files in chosen_files for path in _resolved(find, files)]
-    read_one = partial(read_figures, root=root, budget=Budget.of(paths))
+    read_one = partial(read_figures, root=root, budget=Budget(on_disk))
     seen: set[tuple[int, int]] = set()
     with Prefetched(read_one, paths, jobs_for(paths, jobs), server=jobs is not None) as read:
         for record, files in zip(records, chosen_files, strict=True):
@@ -350,14 +350,17 @@ def _finder(root: Path) -> Callable[[str], Path]:
     return find
 
 
-def _once(find: Callable[[str], Path], chosen: list[list[str]], problems: list[str]) -> list[list[str]]:
-    """Return ``chosen`` (the files of each record) with each file kept for the first record naming it only.
+def _once(find: Callable[[str], Path], chosen: list[list[str]],
+          problems: list[str]) -> tuple[list[list[str]], int]:
+    """Return ``chosen`` (the files of each record) with each file kept for the first record naming it only,
+    and the bytes on disk of the files kept (the command's :class:`~profctx.util._untrusted.Budget`).
 
     A file is known by its device and inode (a name that climbs and comes back, or an absolute name,
     names it too); one that cannot be seen by its resolved path. The files left out are said in ``problems``.
     """
     named: set[object] = set()
     kept: list[list[str]] = []
+    total = 0
     for files in chosen:
         mine = []
         for rel in files:
@@ -369,16 +372,17 @@ def _once(find: Callable[[str], Path], chosen: list[list[str]], problems: list[s
                 continue
             try:
                 info = os.stat(path, follow_symlinks=False)
-                key = (info.st_dev, info.st_ino)
+                key, size = (info.st_dev, info.st_ino), info.st_size
             except (OSError, ValueError):
-                key = os.path.normpath(path)
+                key, size = os.path.normpath(path), 0
             if key in named:
                 problems.append(f"{rel}: named by more than one capture record: read once, for the first")
                 continue
             named.add(key)
+            total += size
             mine.append(rel)
         kept.append(mine)
-    return kept
+    return kept, total
 
 
 def _resolved(find: Callable[[str], Path], files: Sequence[str]) -> list[Path]:
