@@ -223,3 +223,38 @@ def test_timeline_memory_follows_the_bytes_it_reads_not_the_names_a_file_has(tmp
     # 20x the file's bytes, measured in one process after a warm-up run): 40x leaves room for the allocator.
     # Reading the linked file under each of its 41 names, as before, grows it by over 100x.
     assert grown <= 40 * read, (grown, read)
+
+
+def test_ls_says_a_linked_shard_is_a_link_not_a_line_cut_by_a_crash(run_dir: Path, tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    folder, outside = hostile_copy(run_dir, tmp_path)
+    (folder / ".profctx" / "clirun.rank7-of-9.vm.7.jsonl").symlink_to(outside / "canary.pt.trace.json")
+    main(["ls", str(folder)])
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if "rank7-of-9" in line]
+    assert len(said) == 1 and "symbolic link" in said[0] and "not read" in said[0], err
+    assert "cut by a crash" not in said[0]
+
+
+@pytest.mark.parametrize("what", ["config", "override"])
+def test_verl_convert_reads_its_inputs_capped_and_never_waits_on_them(tmp_path: Path, what: str,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from profctx.core._config import MAX_YAML_BYTES
+
+    from .test_hostile import deadline
+
+    pytest.importorskip("omegaconf")
+    config = tmp_path / "verl.yaml"
+    config.write_text("global_profiler:\n  steps: [1, 2]\n")
+    big = tmp_path / "big.yaml"
+    with open(big, "w", encoding="utf-8") as fh:  # 5 MB of YAML: over the cap configure() puts on a file
+        fh.write("a:\n")
+        fh.writelines(f"  k{i}: {i}\n" for i in range(420_000))
+    assert big.stat().st_size > MAX_YAML_BYTES
+    os.mkfifo(tmp_path / "fifo")
+    for source, cause in ((big, "of at most 4 MiB"), (Path("/dev/zero"), "a device"), (tmp_path / "fifo", "FIFO")):
+        argv = ["verl-convert", str(source)] if what == "config" else ["verl-convert", str(config), f"@{source}"]
+        with deadline(20):  # a FIFO opened for reading blocks until a writer comes: the test must not hang
+            assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert cause in err and "Traceback" not in err, (source, err)
