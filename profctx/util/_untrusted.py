@@ -44,7 +44,8 @@ _STRINGS: Final = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 
 
 class UnsafeFileError(OSError):
-    """Raise for a file a run folder names that is not read: outside the folder, a link, not a regular file."""
+    """Raise for a file a run folder names that is not read: outside the folder, a link, not a regular file,
+    a file with more than one hard link."""
 
 
 @dataclass(frozen=True)
@@ -153,12 +154,6 @@ def open_regular(path: str | os.PathLike[str], root: str | os.PathLike[str] | No
     except BaseException:
         os.close(fd)
         raise
-
-
-def identity(handle: IO[bytes]) -> tuple[int, int]:
-    """Return the device and inode of an open file: the same file under any name (a command reads it once)."""
-    info = os.fstat(handle.fileno())
-    return info.st_dev, info.st_ino
 
 
 def _opened(fd: int, shown: str) -> str:
