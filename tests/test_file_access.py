@@ -49,7 +49,6 @@ ALLOWED: dict[str, dict[str, str]] = {
     },
     "profctx/interop/_verl_input.py": {"Path.read_text": "reads the user's own verl config file"},
     "profctx/cli/verl_convert.py": {
-        "Path.read_text": "reads the user's own verl config and @FILE overrides (bounded by the reader side)",
         "Path.glob": "lists the YAML files of the user's verl config folder",
     },
     "profctx/cli/_common.py": {"os.open": "opens os.devnull after a broken pipe"},

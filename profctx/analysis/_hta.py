@@ -36,6 +36,7 @@ from typing import Final
 from ..core._layout import safe
 from ..manifest import CaptureRecord, drivers
 from ..util._fs import Folder, walk
+from ..util._untrusted import Budget
 from ._merge import MergeInput, MergeResult, clock_base, merge, plan
 
 #: File name of rank ``R`` in a layout folder.
@@ -146,7 +147,8 @@ def _lay_out(save_path: Path, records: list[CaptureRecord], output: Path, parent
     layout.steps = sorted({s for i in inputs for s in i.record.steps if steps is None or s in steps})
     if not inputs:
         return layout
-    base = clock_base(inputs)
+    budget = Budget.of(i.path for i in inputs)  # one for the command: every rank file shares it
+    base = clock_base(inputs, budget)
     ranks: dict[tuple[str | None, int], list[MergeInput]] = {}
     for item in inputs:
         rank = item.record.rank
@@ -184,7 +186,7 @@ def _lay_out(save_path: Path, records: list[CaptureRecord], output: Path, parent
         result = merge(items, path, steps=sorted(steps) if steps is not None else None,
                        compress_level=compress_level, progress=report, driver=leaders, base_ns=base,
                        first_keys={"distributedInfo": {"backend": "none", "rank": rank, "world_size": world}},
-                       step_markers=True, at=opened[group])
+                       step_markers=True, at=opened[group], budget=budget)
         done += sum(_size(i.path) for i in items)
         folder.ranks.append(RankTrace(rank, path, result))
         layout.problems += result.problems

@@ -38,7 +38,7 @@ from ..manifest import DRIVER, CaptureRecord, process_names
 from ..util import _codec
 from ..util._files import sweep, temporary_name
 from ..util._fs import Folder, walk
-from ..util._untrusted import UnsafeFileError, files_under
+from ..util._untrusted import Budget, UnsafeFileError, files_under, resolve
 from ._tracedecode import Heads, heads_or_values, raws
 from ._tracejson import EVENTS, TraceFormatError, TraceStream, header, is_trace_file
 
@@ -135,7 +135,8 @@ def plan(save_path: Path, records: Iterable[CaptureRecord],
 
     Also return notes on files left out. Engine captures list exactly the files the engine wrote
     for them; only records of older manifests, which list none, are looked up in the capture's
-    folder (less any file another capture lists).
+    folder (less any file another capture lists). A file several records name is merged once, for
+    the first of them (in the manifest's order).
     """
     records = list(records)
     listed = {f.path for r in records for f in r.files}
@@ -147,6 +148,7 @@ def plan(save_path: Path, records: Iterable[CaptureRecord],
     inputs: list[MergeInput] = []
     notes: list[str] = []
     wanted = None if steps is None else set(steps)
+    named: set[object] = set()
     for record in records:
         if wanted is not None and not wanted.intersection(record.steps):
             continue
@@ -161,10 +163,28 @@ def plan(save_path: Path, records: Iterable[CaptureRecord],
             if not is_trace_file(rel):
                 notes.append(f"{rel}: not a Chrome trace, left out")
                 continue
+            known = _file_key(save_path, rel)
+            if known in named:
+                notes.append(f"{rel}: named by more than one capture record: merged once, for the first")
+                continue
+            named.add(known)
             order = (run_order.get(record.run or "", 0), _process_order(record), record.begin, rel)
             inputs.append(MergeInput(save_path / rel, record, order, save_path))
     inputs.sort(key=lambda item: item.order)
     return inputs, notes
+
+
+def _file_key(save_path: Path, rel: str) -> object:
+    """Return what a file is known by: its device and inode, else (refused or unseen) its resolved path."""
+    try:
+        path = resolve(save_path, rel)
+    except UnsafeFileError:
+        return rel
+    try:
+        info = os.stat(path, follow_symlinks=False)
+    except (OSError, ValueError):
+        return os.path.normpath(path)
+    return info.st_dev, info.st_ino
 
 
 def _engine_files(save_path: Path, folder: str, listed: set[str]) -> list[str]:
@@ -309,6 +329,7 @@ def merge(
     first_keys: Mapping[str, Any] | None = None,
     step_markers: bool = False,
     at: Folder | None = None,
+    budget: Budget | None = None,
 ) -> MergeResult:
     """Write one ``.json.gz`` (or ``.json``) Chrome trace holding every event of ``inputs``.
 
@@ -319,7 +340,9 @@ def merge(
     when ``inputs`` are a filtered part of it.
 
     The file is written under a temporary name and renamed. A missing or damaged input is
-    reported in :attr:`MergeResult.problems` (events read before the damage are kept).
+    reported in :attr:`MergeResult.problems` (events read before the damage are kept). Each file
+    is written once (one opened again under another name is refused as read already), and all of
+    them together inflate at most as a :class:`~profctx.util._untrusted.Budget` allows.
     ``progress(done_bytes, total_bytes)`` is called as input bytes are consumed.
 
     For a file of a layout that other tools read (:mod:`profctx.analysis._hta`): ``base_ns`` sets the
@@ -327,11 +350,13 @@ def merge(
     ``step_markers`` leaves out the ``steps`` process and the capture spans, and gives each step
     one ``ProfilerStep#N`` range, as torch's schedule does: over every event of the step's
     one-step captures (their own markers, one per role capture in role mode, are replaced) and over
-    the markers of captures of several steps.
+    the markers of captures of several steps. ``budget``: what the command may inflate, when it
+    merges more than ``inputs`` (default: the budget of ``inputs``).
     """
     result = MergeResult(output=output)
     records = [i.record for i in inputs]
-    out_base_ns = clock_base(inputs) if base_ns is None else base_ns
+    budget = budget or Budget.of(i.path for i in inputs)
+    out_base_ns = clock_base(inputs, budget) if base_ns is None else base_ns
     base_us = out_base_ns / 1000
     result.runs = list(dict.fromkeys(r.run or "" for r in records))
     result.steps = sorted({s for r in records for s in r.steps} if steps is None else set(steps))
@@ -342,7 +367,7 @@ def merge(
     folder = at if at is not None else walk(output.parent)
     try:
         return _write(inputs, output, folder, result, out_base_ns, base_us, multi_run, labels, total, progress,
-                      markers, first_keys, compress_level)
+                      markers, first_keys, compress_level, budget)
     finally:
         if folder is not at:
             folder.close()
@@ -350,11 +375,13 @@ def merge(
 
 def _write(inputs: Sequence[MergeInput], output: Path, folder: Folder, result: MergeResult, out_base_ns: int,
            base_us: float, multi_run: bool, labels: Any, total: int, progress: Callable[[int, int], None] | None,
-           markers: _StepMarkers | None, first_keys: Mapping[str, Any] | None, compress_level: int) -> MergeResult:
+           markers: _StepMarkers | None, first_keys: Mapping[str, Any] | None, compress_level: int,
+           budget: Budget) -> MergeResult:
     """Write the merged trace into the held ``folder`` as ``output.name`` (see :func:`merge`)."""
     done = 0
     processes: dict[tuple[Any, ...], _Process] = {}
     sources: list[dict[str, Any]] = []
+    seen: set[tuple[int, int]] = set()
     sweep(folder)
     # A fresh name nobody can predict, created exclusively: a link planted there is never followed.
     tmp = temporary_name()
@@ -376,7 +403,7 @@ def _write(inputs: Sequence[MergeInput], output: Path, folder: Folder, result: M
                     progress(base + consumed, total)
 
             sources.append(_merge_one(index, item, out_base_ns, sink, processes, labels, result, report,
-                                      markers))
+                                      markers, budget, seen))
             done += _size(item.path)
             if progress:
                 progress(done, total)
@@ -410,7 +437,7 @@ def _write(inputs: Sequence[MergeInput], output: Path, folder: Folder, result: M
     return result
 
 
-def clock_base(inputs: Sequence[MergeInput]) -> int:
+def clock_base(inputs: Sequence[MergeInput], budget: Budget | None = None) -> int:
     """Return the clock base (ns) of a merge of ``inputs``: at or before the earliest capture start.
 
     torch writes one ``baseTimeNanoseconds`` for every process of a host (whole seconds): taking the
@@ -418,7 +445,7 @@ def clock_base(inputs: Sequence[MergeInput]) -> int:
     """
     known = [i.record.start_time for i in inputs if i.record.start_time]
     base = math.floor(min(known)) * 1_000_000_000 if known else 0
-    bases = [b for b in (_head_base(i.path, i.root) for i in inputs) if b is not None and b <= base]
+    bases = [b for b in (_head_base(i.path, i.root, budget) for i in inputs) if b is not None and b <= base]
     return min(bases) if bases else base
 
 
@@ -473,6 +500,8 @@ def _merge_one(
     result: MergeResult,
     progress: Callable[[int], None],
     markers: _StepMarkers | None = None,
+    budget: Budget | None = None,
+    seen: set[tuple[int, int]] | None = None,
 ) -> dict[str, Any]:
     record = item.record
     source: dict[str, Any] = {
@@ -496,13 +525,18 @@ def _merge_one(
     try:
         # Without step markers to rewrite, slices are first read as heads only (phase, pid, tid): most
         # batches need no change and are copied as read, their events never parsed.
-        with TraceStream(item.path, item.root, loads=heads_or_values if markers is None else None) as stream:
+        with TraceStream(item.path, item.root, loads=heads_or_values if markers is None else None,
+                         budget=budget) as stream:
+            if seen is not None:
+                if stream.identity in seen:  # another name of a file merged already, swapped in since the plan
+                    raise UnsafeFileError(f"{item.path}: a file merged already for another record: not written twice")
+                seen.add(stream.identity)
             for key, value in stream.batches():
                 if key != EVENTS:
                     meta[key] = value
                     continue
                 if mapper.shift_us is None:
-                    mapper.shift_us = _shift(item, meta, out_base_ns, result)
+                    mapper.shift_us = _shift(item, meta, out_base_ns, result, budget)
                 raw = stream.raw
                 if type(value) is Heads and raw is not None:
                     body = mapper.copy_body(value, raw)
@@ -859,13 +893,14 @@ class _Mapper:
         return True
 
 
-def _shift(item: MergeInput, meta: dict[str, Any], out_base_ns: int, result: MergeResult) -> float:
+def _shift(item: MergeInput, meta: dict[str, Any], out_base_ns: int, result: MergeResult,
+           budget: Budget | None = None) -> float:
     """Return what to add to an input's ``ts`` to get the merged file's ``ts``."""
     base = meta.get("baseTimeNanoseconds")
     if not isinstance(base, int):
         # Metadata may follow the events: read the file's top level once more to find out.
         try:
-            meta_full, first = header(item.path, item.root)
+            meta_full, first = header(item.path, item.root, budget)
         except (TraceFormatError, OSError):
             meta_full, first = {}, None
         base = meta_full.get("baseTimeNanoseconds")
@@ -879,10 +914,10 @@ def _shift(item: MergeInput, meta: dict[str, Any], out_base_ns: int, result: Mer
     return (base - out_base_ns) / 1000
 
 
-def _head_base(path: Path, root: Path | None = None) -> int | None:
+def _head_base(path: Path, root: Path | None = None, budget: Budget | None = None) -> int | None:
     """Return the ``baseTimeNanoseconds`` a trace gives before its events, or ``None``."""
     try:
-        with TraceStream(path, root) as stream:
+        with TraceStream(path, root, budget=budget) as stream:
             for key, value in stream.batches():
                 if key == EVENTS:
                     return None

@@ -49,7 +49,7 @@ from ..manifest import (
     repeats_text,
 )
 from ..records._job import of_records
-from ..util._untrusted import UnsafeFileError, files_under, resolve
+from ..util._untrusted import Budget, UnsafeFileError, files_under, resolve
 from ._parallel import Prefetched, jobs_for
 from ._trace import TraceFigures, read_figures
 from ._tracejson import is_trace_file
@@ -252,6 +252,10 @@ def summarize(
     CPU when there are enough traces for a pool to gain and this process may fork, else one; see
     :data:`profctx.analysis._parallel.AUTO` for a command line). ``progress(done, total)`` counts traces read. A trace
     that cannot be read is listed in :attr:`Summary.problems` and its capture keeps the manifest's times.
+
+    What it costs is bounded by the traces' bytes on disk: each file is read once, however many records name
+    it (counted for the first capture that names it; the others are told so in the problems), and all of them
+    together inflate at most as a :class:`~profctx.util._untrusted.Budget` allows.
     """
     root = Path(save_path)
     chosen = latest_run(root) if run == "latest" else run
@@ -305,12 +309,25 @@ def summarize_records(
             except UnsafeFileError as exc:
                 problems.append(str(exc))
         chosen_files.append(files if record.status == "ok" else [])
+    find = _finder(root)
+    chosen_files, on_disk = _once(find, chosen_files, problems)
+    # A record whose every file another record names is a copy: counted once, with the first.
+    copies = {i for i, (record, files) in enumerate(zip(records, chosen_files, strict=True))
+              if record.status == "ok" and not files and any(is_trace_file(f.path) for f in record.files)}
+    if copies:
+        problems.extend(f"capture {records[i].capture}: every trace it names another record names too: left out"
+                        for i in sorted(copies))
+        records = [r for i, r in enumerate(records) if i not in copies]
+        chosen_files = [f for i, f in enumerate(chosen_files) if i not in copies]
+        total = sum(1 for r in records if r.status == "ok")
     # Every trace to read, in the order the loop below reads them: read ahead by a process pool
     # when there are enough of them (see _parallel.jobs_for), else one by one here.
-    paths = [path for files in chosen_files for path in _resolved(root, files)]
-    with Prefetched(partial(read_figures, root=root), paths, jobs_for(paths, jobs), server=jobs is not None) as read:
+    paths = [path for files in chosen_files for path in _resolved(find, files)]
+    read_one = partial(read_figures, root=root, budget=Budget(on_disk))
+    seen: set[tuple[int, int]] = set()
+    with Prefetched(read_one, paths, jobs_for(paths, jobs), server=jobs is not None) as read:
         for record, files in zip(records, chosen_files, strict=True):
-            summary = _capture(root, record, files, top, wanted, read)
+            summary = _capture(root, record, files, top, wanted, read, seen, find)
             problems.extend(summary.problems)
             if record.is_engine:
                 engines.append(summary)
@@ -332,12 +349,66 @@ def summarize_records(
     return _assemble(root, chosen, captures, engines, problems, role_ops, top, straggler_ratio, wanted, driver)
 
 
-def _resolved(root: Path, files: Sequence[str]) -> list[Path]:
+def _finder(root: Path) -> Callable[[str], Path]:
+    """Return :func:`~profctx.util._untrusted.resolve` of ``root``, each name resolved once (it walks every link)."""
+    found: dict[str, Path | str] = {}
+
+    def find(rel: str) -> Path:
+        hit = found.get(rel)
+        if hit is None:
+            try:
+                hit = resolve(root, rel)
+            except UnsafeFileError as exc:
+                hit = str(exc)
+            found[rel] = hit
+        if isinstance(hit, str):
+            raise UnsafeFileError(hit)
+        return hit
+
+    return find
+
+
+def _once(find: Callable[[str], Path], chosen: list[list[str]],
+          problems: list[str]) -> tuple[list[list[str]], int]:
+    """Return ``chosen`` (the files of each record) with each file kept for the first record naming it only,
+    and the bytes on disk of the files kept (the command's :class:`~profctx.util._untrusted.Budget`).
+
+    A file is known by its device and inode (a name that climbs and comes back, or an absolute name,
+    names it too); one that cannot be seen by its resolved path. The files left out are said in ``problems``.
+    """
+    named: set[object] = set()
+    kept: list[list[str]] = []
+    total = 0
+    for files in chosen:
+        mine = []
+        for rel in files:
+            key: object
+            try:
+                path = find(rel)
+            except UnsafeFileError:
+                mine.append(rel)  # refused where it is read, and said there
+                continue
+            try:
+                info = os.stat(path, follow_symlinks=False)
+                key, size = (info.st_dev, info.st_ino), info.st_size
+            except (OSError, ValueError):
+                key, size = os.path.normpath(path), 0
+            if key in named:
+                problems.append(f"{rel}: named by more than one capture record: read once, for the first")
+                continue
+            named.add(key)
+            total += size
+            mine.append(rel)
+        kept.append(mine)
+    return kept, total
+
+
+def _resolved(find: Callable[[str], Path], files: Sequence[str]) -> list[Path]:
     """Return the paths of ``files`` that :func:`_capture` reads (those it refuses are said there)."""
     found = []
     for rel in files:
         try:
-            found.append(resolve(root, rel))
+            found.append(find(rel))
         except UnsafeFileError:
             continue
     return found
@@ -350,7 +421,9 @@ def _engine_files(root: Path, folder: str, listed: set[str]) -> list[str]:
 
 def _capture(root: Path, record: CaptureRecord, files: Sequence[str], top: int,
              wanted: set[int] | None = None,
-             read: Callable[[Path], TraceFigures] | None = None) -> CaptureSummary:
+             read: Callable[[Path], TraceFigures] | None = None,
+             seen: set[tuple[int, int]] | None = None,
+             find: Callable[[str], Path] | None = None) -> CaptureSummary:
     ops: dict[tuple[int | None, str | None, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
     device: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     ranges: dict[tuple[int | None, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
@@ -363,13 +436,22 @@ def _capture(root: Path, record: CaptureRecord, files: Sequence[str], top: int,
     problems = []
     for rel in files:
         try:
-            path = resolve(root, rel)  # a run folder is untrusted: nothing outside it is read
+            # A run folder is untrusted: nothing outside it is read.
+            path = find(rel) if find is not None else resolve(root, rel)
         except UnsafeFileError as exc:
             problems.append(str(exc))
             continue
         figures: TraceFigures = read(path) if read is not None else read_figures(path, root)
+        if seen is not None and figures.identity is not None:
+            if figures.identity in seen:  # the same file under another name, swapped in since the plan
+                problems.append(f"{rel}: a file read already for another record: counted once")
+                continue
+            seen.add(figures.identity)
         if figures.problem:
             problems.append(figures.problem)
+        if figures.bad_times:
+            problems.append(f"{rel}: {figures.bad_times} event(s) whose ts or dur is not a finite number (or whose "
+                            "dur is negative) left out as damage")
         span = max(span, figures.span_us)
         listed = listed or figures.marked
         for key, (s, t, c) in figures.ops.items():

@@ -194,11 +194,18 @@ def read(save_path: str | os.PathLike[str], run: str | None = "latest") -> Timel
                 continue
             roles: dict[str, tuple[float, int]] = {}
             raw = record.get("roles")
+            broken = False
             if isinstance(raw, dict):
                 for name, value in list(raw.items())[:256]:
-                    if isinstance(value, list) and len(value) == 2 and _number(value[0]) is not None \
-                            and type(value[1]) is int:
-                        roles[str(name)[:200]] = (float(value[0]), value[1])
+                    if isinstance(value, list) and len(value) == 2 and type(value[1]) is int:
+                        spent = _number(value[0])
+                        if spent is not None and spent >= 0:
+                            roles[str(name)[:200]] = (spent, value[1])
+                        elif type(value[0]) in (int, float):  # NaN, an infinity, a negative time: damage
+                            broken = True
+            if broken:
+                bad.append(number)
+                continue
             process.steps[step] = StepTime(seconds, _number(record.get("start")), roles)
         if bad:
             shown = ", ".join(map(str, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Final, cast
 
 from ..core._plan import RANGES_KEY
+from ..util._untrusted import Budget
 from ._nesting import MARK, OP, ROLE, STEP_MARKER, Lent, Span, nest, step_at
 from ._tracedecode import Decoder, Unchecked, as_event, correlation, correlations, events, flat
 from ._tracejson import EVENTS, TraceFormatError, TraceStream
@@ -92,7 +93,9 @@ class TraceFigures:
     kernel names to ``[total, count]``; ``role_device`` maps ``(step, role)`` to the device time
     launched in the role (``role`` ``None``: a launch in no role, or not found; empty for a trace
     without device events). ``problem`` says why reading stopped early, if it did (the figures
-    then cover what was read).
+    then cover what was read). ``bad_times``: complete events left out as damage, their ``ts`` or
+    ``dur`` not a finite number or their ``dur`` negative. ``identity``: the device and inode of
+    the file read (``None``: not opened), so that a command counts one file once under any name.
     """
 
     span_us: float = 0.0
@@ -105,6 +108,8 @@ class TraceFigures:
     device_us: float = 0.0
     role_device: dict[tuple[int | None, str | None], float] = field(default_factory=dict)
     problem: str | None = None
+    bad_times: int = 0
+    identity: tuple[int, int] | None = None
 
 
 class _Thread:
@@ -147,23 +152,24 @@ def _ids(links: list[int | None]) -> array[int]:
     return found if min(found, default=0) >= 0 else array("q", map(_id, links))
 
 
-def read_figures(path: str | Path, root: str | Path | None = None) -> TraceFigures:
+def read_figures(path: str | Path, root: str | Path | None = None, budget: Budget | None = None) -> TraceFigures:
     """Stream the trace at ``path`` and return its figures.
 
     A file cut short or damaged yields the figures of what was read, with ``problem`` set;
     an unreadable file (missing, not a trace, not a regular file inside ``root`` when given) too,
-    with empty figures.
+    with empty figures. ``budget``: what the command may inflate over all its files (see
+    :class:`~profctx.analysis._tracejson.TraceStream`).
     """
     collecting = gc.isenabled()
     gc.disable()  # the parsed events hold no cycles: the collector would only rescan them again and again
     try:
-        return _read(path, root)
+        return _read(path, root, budget)
     finally:
         if collecting:
             gc.enable()
 
 
-def _read(path: str | Path, root: str | Path | None) -> TraceFigures:
+def _read(path: str | Path, root: str | Path | None, budget: Budget | None = None) -> TraceFigures:
     figures = TraceFigures()
     names = _Names()
     threads: dict[tuple[Any, Any], _Thread] = {}
@@ -176,7 +182,8 @@ def _read(path: str | Path, root: str | Path | None) -> TraceFigures:
     # correlation too once the trace shows device or runtime events.
     decoder = Decoder()
     try:
-        with TraceStream(path, root, loads=decoder, flat=flat) as stream:
+        with TraceStream(path, root, loads=decoder, flat=flat, budget=budget) as stream:
+            figures.identity = stream.identity
             for key, batch in stream.batches():
                 if key != EVENTS:
                     if key == RANGES_KEY and isinstance(batch, dict) and isinstance(batch.get("roles"), list):
@@ -209,6 +216,9 @@ def _read(path: str | Path, root: str | Path | None) -> TraceFigures:
                     ts = event.ts
                     dur = event.dur
                     if ts is None or dur is None:
+                        continue
+                    if not (ts - ts == 0.0 and dur - dur == 0.0 and dur >= 0.0):  # NaN, an infinity, dur < 0
+                        figures.bad_times += 1
                         continue
                     cat = event.cat
                     figures.events += 1
@@ -405,6 +415,8 @@ def _batch(batch: list[Any], names: _Names, threads: dict[tuple[Any, Any], _Thre
         indexes = array("l", map(names.__getitem__, _column(batch, "name", unchecked)))
     except (TypeError, KeyError):
         return None
+    if not _sane(starts, durations):  # the loop over each event leaves out (and counts) the bad ones
+        return None
     where: list[tuple[Any, Any]] = []
     if not one:
         where = list(zip(_column(batch, "pid", unchecked), _column(batch, "tid", unchecked), strict=True))
@@ -490,6 +502,15 @@ def _plain(batch: list[dict[str, Any]], cats: set[Any]) -> bool:
     try:  # msgspec's floats are finite; the fallback parser may give NaN, infinities, huge integers
         return math.isfinite(math.fsum(starts)) and math.isfinite(math.fsum(durations))
     except OverflowError:  # an integer past any float
+        return False
+
+
+def _sane(starts: array[float], durations: array[float]) -> bool:
+    """Whether every time is a finite number and every duration not negative (sums and a minimum, in C)."""
+    try:
+        return (math.isfinite(math.fsum(starts)) and math.isfinite(math.fsum(durations))
+                and (not durations or min(durations) >= 0.0))
+    except OverflowError:  # finite times whose sum is past any float: each is checked in the loop
         return False
 
 

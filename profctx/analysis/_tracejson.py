@@ -14,8 +14,9 @@ Everything outside the array (metadata keys, before or after it) is decoded valu
 What it reads is untrusted (run folders come from elsewhere): the file is opened as
 :func:`profctx.util._untrusted.open_regular` opens it (a regular file, never blocking, inside the
 run folder when one is given), JSON nested deeper than :data:`~profctx.util._untrusted.MAX_DEPTH`
-is damage, and a gzip stream that inflates more than :data:`MAX_RATIO` times its compressed
-size (past its first :data:`RATIO_FREE` bytes) or beyond :data:`MAX_INFLATED` is cut there.
+is damage, and a gzip stream that inflates past its share of the command's
+:class:`~profctx.util._untrusted.Budget` (:data:`MAX_RATIO` times its compressed size, plus its
+share of :data:`RATIO_FREE` bytes for the whole command) or beyond :data:`MAX_INFLATED` is cut there.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from ..util import _codec
-from ..util._untrusted import MAX_DEPTH, open_regular, too_deep
+from ..util._untrusted import INFLATE_FREE, INFLATE_RATIO, MAX_DEPTH, Budget, open_regular, too_deep
 
 try:
     import orjson as _orjson
@@ -51,10 +52,10 @@ _TRIES: Final = 4
 #: The largest single value the reader looks for the end of: past it the data is damaged (a
 #: trace's values outside the event array, and its events, are far smaller).
 MAX_VALUE: Final = 64 << 20
-#: A gzip trace may inflate to at most this many times the compressed bytes read so far...
-MAX_RATIO: Final = 100
-#: ... once past this many inflated bytes (a small file may inflate more: its whole is small).
-RATIO_FREE: Final = 64 << 20
+#: A gzip trace may inflate to at most this many times its compressed size...
+MAX_RATIO: Final = INFLATE_RATIO
+#: ... plus its share of this many bytes over the whole command (a small file may inflate more: its whole is small).
+RATIO_FREE: Final = INFLATE_FREE
 #: Inflated bytes read from one gzip trace at most, whatever its size (a trace has never come near).
 MAX_INFLATED: Final = 64 << 30
 #: First bytes of a JSON value.
@@ -92,17 +93,25 @@ class TraceStream:
     nested values, and a decoder that builds none bounds its own recursion (msgspec raises, and the
     slice is parsed again by the fallback parser, whose batch is checked).
 
+    ``budget``: what the command reading this file may inflate over all its files (a file read
+    alone: its own); the file inflates to at most its :meth:`~profctx.util._untrusted.Budget.cap`.
+
     ``consumed`` is how many bytes of the file (compressed bytes for ``.gz``) were read so
-    far, for progress display. Use as a context manager; not thread-safe.
+    far, for progress display; :attr:`identity` the opened file's device and inode (the same
+    file under any name). Use as a context manager; not thread-safe.
     """
 
     def __init__(self, path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None, *,
-                 loads: Callable[[bytes], Any] | None = None, flat: Callable[[Any], bool] | None = None) -> None:
+                 loads: Callable[[bytes], Any] | None = None, flat: Callable[[Any], bool] | None = None,
+                 budget: Budget | None = None) -> None:
         self.path = Path(path)
         self._loads = loads or _loads
         self._flat = flat
         self._raw: IO[bytes] = open_regular(self.path, root)
-        self.size = os.fstat(self._raw.fileno()).st_size
+        info = os.fstat(self._raw.fileno())
+        self.size = info.st_size
+        self.identity = (info.st_dev, info.st_ino)
+        self._cap = min((budget or Budget(self.size)).cap(self.size), MAX_INFLATED)
         magic = self._raw.read(2)
         self._raw.seek(0)
         self._inflate: Any = _codec.inflater() if magic == b"\x1f\x8b" else None
@@ -256,9 +265,9 @@ class TraceStream:
                 self._consumed = self.size
                 return b""
             self._inflated += len(data)
-            if self._inflated > min(max(MAX_RATIO * self._consumed, RATIO_FREE), MAX_INFLATED):
-                self._damage = (f"the gzip data inflates over {MAX_RATIO} times its size (a gzip bomb?): "
-                                f"read stopped after {self._inflated >> 20} MB")
+            if self._inflated > self._cap:
+                self._damage = (f"the gzip data inflates over {MAX_RATIO} times its size, past its share of what "
+                                f"a command may inflate (a gzip bomb?): read stopped after {self._inflated >> 20} MB")
                 self._raw.seek(0, os.SEEK_END)
                 self._consumed = self.size
                 return b""
@@ -361,16 +370,16 @@ def is_trace_file(path: str) -> bool:
     return path.endswith((".json", ".json.gz"))
 
 
-def header(path: str | os.PathLike[str],
-           root: str | os.PathLike[str] | None = None) -> tuple[dict[str, Any], float | None]:
+def header(path: str | os.PathLike[str], root: str | os.PathLike[str] | None = None,
+           budget: Budget | None = None) -> tuple[dict[str, Any], float | None]:
     """Return a trace's top-level keys other than the events, and the smallest event ``ts``.
 
     Reads the whole file (streamed); used when metadata comes after the event array.
-    ``root``: as :class:`TraceStream` takes it.
+    ``root`` and ``budget``: as :class:`TraceStream` takes them.
     """
     meta: dict[str, Any] = {}
     first: float | None = None
-    with TraceStream(path, root) as stream:
+    with TraceStream(path, root, budget=budget) as stream:
         for key, value in stream.batches():
             if key != EVENTS:
                 meta[key] = value

@@ -180,8 +180,7 @@ def _table(args: argparse.Namespace, rows_in: Iterable[Sequence[Any]], reader: M
         append((begin, order, tuple(map(intern, row, row)), process))
     failed = "failed" in counts
     for where in reader.damaged:
-        print(f"profctx ls: skipped an unreadable manifest line ({escape(where)}), likely cut by a crash",
-              file=sys.stderr)
+        print(_skipped(where), file=sys.stderr)
     tell_repeats("profctx ls", reader)
     # Cells come from the run folder (untrusted): escape control characters, once per distinct cell.
     unsafe = {cell: shown for cell in cells if (shown := escape(cell)) is not cell}
@@ -252,10 +251,16 @@ def _json(records: Iterator[CaptureRecord], reader: ManifestReader) -> int:
     flush()
     out.write("]\n")
     for where in reader.damaged:
-        print(f"profctx ls: skipped an unreadable manifest line ({escape(where)}), likely cut by a crash",
-              file=sys.stderr)
+        print(_skipped(where), file=sys.stderr)
     tell_repeats("profctx ls", reader)
     return FINDINGS if failed else OK
+
+
+def _skipped(where: str) -> str:
+    """Return what ``ls`` says of one damaged manifest entry: a shard it did not read (and why), or a line."""
+    if ": " in where:  # "SHARD: not read (a symbolic link ...)": the whole shard, refused or unreadable
+        return f"profctx ls: skipped the manifest shard {escape(where)}"
+    return f"profctx ls: skipped an unreadable manifest line ({escape(where)}), likely cut by a crash"
 
 
 def _alone(grouped: set[str], ungrouped: Iterable[tuple[str, str | None, int | None]],

@@ -19,7 +19,7 @@ from ..analysis._merge import merge, plan
 from ..core._layout import safe
 from ..manifest import DRIVER, drivers, in_groups
 from ..util._fs import Folder, walk
-from ._common import FINDINGS, OK, Progress, Style, UsageError, guarded, open_run, size, terminable
+from ._common import FINDINGS, OK, Progress, Style, UsageError, escape, guarded, open_run, size, terminable
 
 
 def _merged_folder(run: Path) -> Folder:
@@ -109,6 +109,8 @@ def run(args: argparse.Namespace) -> int:
           f"{result.processes} processes, {result.events} events in {elapsed:.1f} s")
     for note in notes:
         print(style(f"note: {note}", "dim"))
+    for line in profiled.repeats:  # records the manifest reader left out: their files are merged once
+        print(style(f"note: {escape(line)}", "yellow"))
     for path in result.approximate:
         print(style(f"note: {path} has no clock base; aligned its first event to the capture's start time", "yellow"))
     for line in result.dropped:

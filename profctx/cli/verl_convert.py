@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..core._config import EngineConfig, ProfilerConfig
+from ..core._config import MAX_YAML_BYTES, EngineConfig, ProfilerConfig
 from ..util._errors import ConfigError
+from ..util._untrusted import open_regular
 
 OK = 0
 USAGE = 2
@@ -57,19 +58,41 @@ def run(args: argparse.Namespace) -> int:
 def expand(overrides: list[str]) -> list[str]:
     """Return ``overrides`` with each ``@FILE`` replaced by FILE's lines (blank and ``#`` lines skipped).
 
-    Raise :class:`ConfigError` (field ``overrides``) when FILE cannot be read.
+    Each FILE is read as ``configure()`` reads a YAML file: a regular file (a FIFO or a device is
+    refused, never waited on) of at most ``MAX_YAML_BYTES``, all FILEs together too. Raise
+    :class:`ConfigError` (field ``overrides``) when FILE cannot be read or is over the cap.
     """
     out: list[str] = []
+    left = MAX_YAML_BYTES
     for item in overrides:
         if not item.startswith("@"):
             out.append(item)
             continue
-        try:
-            text = Path(item[1:]).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError("overrides", item, f"@FILE naming a readable file of overrides ({exc})") from None
+        text = read_capped(item[1:], "overrides", item, left,
+                           "@FILE naming a readable file of overrides (all @FILEs together)")
+        left -= len(text.encode("utf-8", "surrogatepass"))
         out += [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     return out
+
+
+def read_capped(path: str, field: str, shown: str, limit: int, wanted: str) -> str:
+    """Return the UTF-8 text of the regular file ``path``, refusing one over ``limit`` bytes (cap named).
+
+    Opened without blocking and checked to be a regular file (:func:`profctx.util._untrusted.open_regular`),
+    then read only up to the cap. Raise :class:`ConfigError` (``field``, ``shown``) saying ``wanted``.
+    """
+    try:
+        with open_regular(path) as handle:
+            raw = handle.read(limit + 1)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(field, shown, f"{wanted} ({exc})") from None
+    if len(raw) > limit:
+        raise ConfigError(field, shown, f"{wanted} of at most {MAX_YAML_BYTES // 2**20} MiB "
+                          "(MAX_YAML_BYTES, the cap configure() puts on a YAML file)")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(field, shown, f"{wanted}, in UTF-8 ({exc})") from None
 
 
 def load(source: str, overrides: list[str]) -> Any:
@@ -84,11 +107,13 @@ def load(source: str, overrides: list[str]) -> Any:
         raise ConfigError("verl", source, "verl configs need omegaconf: pip install 'profctx[omegaconf]'") from None
     path = Path(source)
     try:
-        if path.is_file():
+        if (path.exists() or path.is_symlink()) and not path.is_dir():
             from ..util._yaml import check_aliases
 
-            check_aliases(path.read_text(encoding="utf-8"))  # OmegaConf would expand an alias bomb for ever
-            cfg = OmegaConf.load(path)
+            # Read once, capped as configure() caps a YAML file, and never blocking (a FIFO, /dev/zero).
+            text = read_capped(source, "verl", source, MAX_YAML_BYTES, "a verl YAML file")
+            check_aliases(text)  # OmegaConf would expand an alias bomb for ever
+            cfg = OmegaConf.create(text)
             if overrides:
                 cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(overrides))
             return cfg

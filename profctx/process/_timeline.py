@@ -222,7 +222,8 @@ class Timeline:
             try:
                 self._append(lines)
             except Exception as exc:  # noqa: BLE001 - the timeline never breaks training
-                self.dropped += sum(1 for line in lines if line.startswith('{"step"'))
+                kept = exc.kept if isinstance(exc, _CutShortError) else 0  # whole lines the disk took: not dropped
+                self.dropped += sum(1 for line in lines[kept:] if line.startswith('{"step"'))
                 self.failed = f"{type(exc).__name__}: {exc}"
                 self.runtime.failure("timeline write", exc, in_flight=True)
 
@@ -257,8 +258,12 @@ class Timeline:
             os.ftruncate(fd, start)
             raise
         if written != len(data):  # the disk filled up mid-batch: keep whole lines only
-            os.ftruncate(fd, start + data.rfind(b"\n", 0, written) + 1)
-            raise OSError(28, "No space left on device (timeline batch cut short)", self.path)
+            end = data.rfind(b"\n", 0, written) + 1
+            os.ftruncate(fd, start + end)
+            self._bytes += end
+            error = _CutShortError(28, "No space left on device (timeline batch cut short)", self.path)
+            error.kept = data.count(b"\n", 0, end)
+            raise error
         self._bytes += written
 
     def _capped(self, lines: list[str]) -> bytes:
@@ -341,6 +346,12 @@ class Timeline:
             warn_once("timeline-summary", "profctx: could not print the end-of-run summary: %s", exc)
 
 
+class _CutShortError(OSError):
+    """A batch the disk took only part of: its first ``kept`` lines are in the file."""
+
+    kept = 0
+
+
 def _add(roles: dict[str, list[float]], raw: Any, seconds: Any, count: int) -> None:
     """Add a role block of ``seconds`` to ``roles`` under its top-level name (the first part of a path)."""
     try:
@@ -380,5 +391,6 @@ def summary(totals: Totals, identity: Identity, dropped: int = 0) -> str:
         lines.append("  " + "  ".join(cell.ljust(widths[i]) if i == 0 else cell.rjust(widths[i])
                                       for i, cell in enumerate(row)).rstrip())
     if dropped:
-        lines.append(f"  {dropped} step(s) dropped (the writer fell behind or could not write): not counted")
+        lines.append(f"  {dropped} step(s) missing from the timeline file (the writer fell behind or could not "
+                     "write them)")
     return "\n".join(lines)

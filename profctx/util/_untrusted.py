@@ -5,9 +5,13 @@ manifest names files; a hostile one names ``/etc/passwd``, ``../../secret``, a F
 any reader forever, or a link out of the folder. Here a name is resolved against the folder
 (absolute names and names that climb out are refused), the file is opened without following a
 link in its last component and without blocking (``O_NOFOLLOW | O_NONBLOCK``), and after
-opening it must be a regular file whose real path lies inside the folder's real path (a link in
-any component, swapped in at any moment, is caught there). Anything else raises
+opening it must be a regular file with one name (a hard link may be a file outside the folder
+under a name inside it) whose real path lies inside the folder's real path (a link in any
+component, swapped in at any moment, is caught there). Anything else raises
 :class:`UnsafeFileError`, an :class:`OSError`, so readers report it as a damaged entry and go on.
+
+What a command inflates is budgeted for the whole command (:class:`Budget`): a folder costs in
+proportion to the bytes it holds, however many files or records it has.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Final
 
@@ -25,6 +31,11 @@ MAX_DEPTH: Final = 128
 #: Files listed at most in one folder a manifest names (an engine writes a few per capture).
 MAX_FILES: Final = 10_000
 
+#: A command inflates at most this many times the compressed bytes it reads...
+INFLATE_RATIO: Final = 100
+#: ... plus this many bytes over all its files (shared among them by size: a small file may inflate more).
+INFLATE_FREE: Final = 64 << 20
+
 _FLAGS: Final = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
 _NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 _BRACKETS: Final = b"[]{}"
@@ -33,7 +44,37 @@ _STRINGS: Final = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 
 
 class UnsafeFileError(OSError):
-    """Raise for a file a run folder names that is not read: outside the folder, a link, not a regular file."""
+    """Raise for a file a run folder names that is not read: outside the folder, a link, not a regular file,
+    a file with more than one hard link."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one command may inflate over all the gzip files it reads: :data:`INFLATE_RATIO` times their
+    compressed bytes, plus :data:`INFLATE_FREE` shared among them in proportion to their sizes.
+
+    ``total``: the compressed bytes of every file the command reads (:meth:`of`). Each file's share
+    (:meth:`cap`) is fixed before it is read, so files read by a pool of processes keep the bound
+    with no shared state. A value: it pickles.
+    """
+
+    total: int = 0
+
+    @classmethod
+    def of(cls, paths: Iterable[str | os.PathLike[str]]) -> Budget:
+        """Return the budget of a command reading ``paths`` (each counted once; one that cannot be seen: 0)."""
+        total = 0
+        for path in dict.fromkeys(os.fspath(p) for p in paths):
+            try:
+                total += os.stat(path, follow_symlinks=False).st_size
+            except (OSError, ValueError):
+                continue
+        return cls(total)
+
+    def cap(self, size: int) -> int:
+        """Return the bytes a file of ``size`` compressed bytes may inflate to within this budget."""
+        size = max(size, 0)
+        return INFLATE_RATIO * size + INFLATE_FREE * max(size, 1) // max(self.total, size, 1)
 
 
 def resolve(root: str | os.PathLike[str], name: str) -> Path:
@@ -84,8 +125,9 @@ def open_regular(path: str | os.PathLike[str], root: str | os.PathLike[str] | No
     """Open ``path`` for reading in binary mode if it is a regular file (inside ``root`` when given).
 
     Never blocks (a FIFO is opened non-blocking, then refused). With ``root`` (a run folder), a
-    link as the last component is refused and the opened file's real path must lie inside
-    ``root``'s; without, ``path`` is one the caller chose, links followed. Raise
+    link as the last component is refused, the opened file must have one name (a hard link to a
+    file outside the folder reads as one inside it) and its real path must lie inside ``root``'s;
+    without, ``path`` is one the caller chose, links followed. Raise
     :class:`UnsafeFileError` for what is refused, another :class:`OSError` when the file cannot
     be opened (missing, no permission).
     """
@@ -99,9 +141,13 @@ def open_regular(path: str | os.PathLike[str], root: str | os.PathLike[str] | No
     except ValueError:  # a NUL byte in the name
         raise UnsafeFileError(f"{shown!r}: not a file name profctx reads") from None
     try:
-        mode = os.fstat(fd).st_mode
+        info = os.fstat(fd)
+        mode = info.st_mode
         if not stat.S_ISREG(mode):
             raise UnsafeFileError(f"{shown}: not a regular file ({_kind(mode)}): not read")
+        if root is not None and info.st_nlink > 1:
+            raise UnsafeFileError(f"{shown}: a file with {info.st_nlink} hard links (another name of it may lie "
+                                  "outside the run folder): not read")
         if root is not None and not inside(root, _opened(fd, shown)):
             raise UnsafeFileError(f"{shown}: lies outside the run folder through a link: not read")
         return os.fdopen(fd, "rb")
