@@ -36,8 +36,8 @@ SUFFIX: Final = ".timeline"
 SCHEMA: Final = "profctx.timeline"
 #: Version of the JSON document :func:`to_json` returns.
 VERSION: Final = 1
-#: Highest line-format version read; newer lines are skipped.
-LINE_VERSION: Final = 1
+#: Highest line-format version read; newer lines are skipped (2 adds each role's first entry and last exit).
+LINE_VERSION: Final = 2
 #: A line longer than this is skipped unread (a step line is about 100 bytes, plus 40 per role).
 MAX_LINE: Final = 1 << 20
 #: Bytes read at most over all timeline files of a folder.
@@ -54,11 +54,16 @@ MIN_S: Final = 0.001
 
 @dataclass
 class StepTime:
-    """One step of one process: its wall time and its top-level roles' (name -> (seconds, blocks))."""
+    """One step of one process: its wall time and its top-level roles' (name -> (seconds, blocks)).
+
+    ``start``: the step's entry on the process's wall clock (Unix seconds); ``spans``: each role's first
+    entry and last exit, in seconds from the step's entry (empty in a timeline written before they were kept).
+    """
 
     time_s: float
     start: float | None
     roles: dict[str, tuple[float, int]]
+    spans: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -191,13 +196,17 @@ def read(save_path: str | os.PathLike[str], run: str | None = "latest") -> Timel
                 bad.append(number)
                 continue
             roles: dict[str, tuple[float, int]] = {}
+            spans: dict[str, tuple[float, float]] = {}
             raw = record.get("roles")
             if isinstance(raw, dict):
                 for name, value in list(raw.items())[:256]:
-                    if isinstance(value, list) and len(value) == 2 and _number(value[0]) is not None \
+                    if isinstance(value, list) and len(value) in (2, 4) and _number(value[0]) is not None \
                             and type(value[1]) is int:
                         roles[str(name)[:200]] = (float(value[0]), value[1])
-            process.steps[step] = StepTime(seconds, _number(record.get("start")), roles)
+                        first, last = (_number(v) for v in value[2:4]) if len(value) == 4 else (None, None)
+                        if first is not None and last is not None and 0 <= first <= last <= seconds + 1e-6:
+                            spans[str(name)[:200]] = (first, last)
+            process.steps[step] = StepTime(seconds, _number(record.get("start")), roles, spans)
         if bad:
             shown = ", ".join(map(str, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
             damaged.append(f"{path.name}: {len(bad)} unreadable line(s) skipped (line {shown})")
