@@ -224,12 +224,13 @@ def _ms(seconds: float) -> str:
 
 
 def clocks(steps: Mapping[int, Sequence[Lane]]) -> Clocks:
-    """Return each process's clock offset from the first host's, from what the processes end together."""
+    """Return each process's clock offset from the first host's (that of the first lane given), from what the
+    processes end together."""
     hosts: dict[str, str] = {}
     for lanes in steps.values():
         for lane in lanes:
             hosts.setdefault(lane.process, lane.host)
-    names = sorted(set(hosts.values()))
+    names = list(dict.fromkeys(hosts.values()))
     if len(names) <= 1:
         return Clocks(dict.fromkeys(hosts, 0.0), dict.fromkeys(hosts, 0.0), names[0] if names else None)
     reference = names[0]

@@ -228,6 +228,20 @@ class Summary:
         """Return ``(step, time_s)`` of ``role`` for each step, in step order."""
         return [(p.step, p.time_s) for p in sorted(self.phases, key=lambda p: p.step) if p.role == role]
 
+    def role_wait(self, role: str) -> float:
+        """Return the mean over steps of the longest wait of a process for the others in ``role`` (0 when absent)."""
+        values = [p.wait_s for p in self.phases if p.role == role]
+        return sum(values) / len(values) if values else 0.0
+
+    def nested_time(self, role: str) -> dict[str, float]:
+        """Return each role drawn inside ``role``: its mean time per step of ``role`` (slowest process)."""
+        found = [p for p in self.phases if p.role == role]
+        out: dict[str, float] = {}
+        for p in found:
+            for child, seconds in p.nested.items():
+                out[child] = out.get(child, 0.0) + seconds / len(found)
+        return out
+
     def role_time(self, role: str) -> float:
         """Return the mean over steps of the role's time (0 when absent)."""
         values = [t for _, t in self.trend(role)]

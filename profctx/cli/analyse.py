@@ -265,8 +265,21 @@ def _steps(folder: str, run: str, args: argparse.Namespace) -> list[int]:
 def render_diff(result: Diff, style: Style) -> str:
     """Return the diff as terminal tables: roles by absolute delta, then each role's operators."""
     out = [style(f"A: {result.a_label}    B: {result.b_label}", "bold"), ""]
-    rows = [[r.role, seconds(r.a_s), seconds(r.b_s), _signed(r.delta_s), _pct(r.change)] for r in result.roles]
-    out.append(table(["ROLE", "A", "B", "DELTA", "CHANGE"], rows, right={1, 2, 3, 4}))
+    waits = any(r.a_wait_s > 0 or r.b_wait_s > 0 for r in result.roles)
+    rows = []
+    for r in result.roles:
+        rows.append([r.role, seconds(r.a_s), seconds(r.b_s), _signed(r.delta_s), _pct(r.change),
+                     *([seconds(r.a_wait_s), seconds(r.b_wait_s)] if waits else [])])
+        for n in r.nested:
+            rows.append([f"  {n.role}", seconds(n.a_s), seconds(n.b_s), _signed(n.delta_s), _pct(n.change),
+                         *(["", ""] if waits else [])])
+    out.append(table(["ROLE", "A", "B", "DELTA", "CHANGE", *(["WAIT A", "WAIT B"] if waits else [])], rows,
+                     right={1, 2, 3, 4, 5, 6}))
+    if waits:
+        out.append("(wait: the longest a process waited there for the others, mean per step: not the role's work)")
+    for label, named in (("A", result.a_stragglers), ("B", result.b_stragglers)):
+        for step, line in list(named.items())[:5]:
+            out.append(f"{label} step {step}: {line}")
     for role in result.roles:
         if not role.ops:
             continue

@@ -3,7 +3,7 @@
 Each step runs ``rollout``, ``ref`` and ``actor_update`` (a DDP model's forward, backward — DDP's
 all-reduce — and optimizer step). ``--slow ROLE:RANK:SECONDS:STEPS`` sleeps that long inside ``ROLE``
 on ``RANK`` in those steps (comma-separated); ``--late RANK:SECONDS:STEPS`` sleeps before the step block
-opens (where a data loader sits). Steps 1..``--steps``; ``--window`` is profiled in step mode on every rank.
+opens (where a data loader sits). Steps 1..``--steps``; ``--window`` (comma-separated steps) is profiled in step mode on every rank.
 """
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ def main() -> None:
     else:
         model = DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    window = args.window or []
-    profctx.configure(steps=window, ranks="all", save_path=args.save, warmup=False) if window else \
-        profctx.configure(steps=[10_000], ranks="all", save_path=args.save, warmup=False)
+    # Out of the window, the timeline alone (a window past the end when none is asked for).
+    window = [int(s) for s in args.window.split(",")] if args.window else [10_000]
+    profctx.configure(steps=window, ranks="all", save_path=args.save, warmup=False)
     x = torch.randn(32, 64)
     for step in range(1, args.steps + 1):
         time.sleep(late.get(step, 0.0))  # before the step: a data loader's time
