@@ -279,9 +279,34 @@ def _by_name(found: Sequence[Collective]) -> dict[str, list[Collective]]:
 
 
 def align(step: int, lanes: Sequence[Lane], clock: Clocks | None = None, rules: Rules = Rules()) -> StepAlignment:
-    """Return the alignment of the processes ``lanes`` in ``step`` (one lane per process)."""
+    """Return the alignment of the processes ``lanes`` in ``step`` (one lane per process).
+
+    Processes that run different roles (a Ray driver and its workers, two worker groups) are lined up
+    with those that run the same ones: each set of two or more processes with the same roles apart, the
+    straggler being the one with the largest lag of them all.
+    """
     if clock is None:
         clock = clocks({step: lanes})
+    groups: dict[frozenset[str], list[Lane]] = {}
+    for lane in lanes:
+        groups.setdefault(frozenset(n for n, _, _ in lane.roles), []).append(lane)
+    together = [g for g in groups.values() if len(g) >= 2]
+    if len(groups) > 1 and together:
+        parts = [_align_one(step, g, clock, rules) for g in together]
+        merged = StepAlignment(step, {p: segs for part in parts for p, segs in part.processes.items()})
+        named = [part for part in parts if part.straggler is not None]
+        best = max(named, key=lambda part: part.straggler.lag_s if part.straggler else 0.0) if named else parts[0]
+        merged.straggler, merged.note, merged.from_collectives = best.straggler, best.note, best.from_collectives
+        apart = [lane.process for g in groups.values() if len(g) == 1 for lane in g]
+        if apart:
+            extra = f"{', '.join(apart[:4])}{' …' if len(apart) > 4 else ''} ran other roles: not compared"
+            merged.note = f"{merged.note}; {extra}" if merged.note else extra
+        return merged
+    return _align_one(step, lanes, clock, rules)
+
+
+def _align_one(step: int, lanes: Sequence[Lane], clock: Clocks, rules: Rules) -> StepAlignment:
+    """Return the alignment of ``lanes`` over the roles they all run."""
     if len(lanes) < 2:
         segs = {lane.process: [Segment(n, b - a, 0.0, 0.0) for n, a, b in _cuts(lane, _shared(lanes))]
                 for lane in lanes}
@@ -405,7 +430,7 @@ def _name_straggler(found: StepAlignment, names: Sequence[str], lanes: Sequence[
                     rules: Rules) -> None:
     step_s = statistics.median(lane.end - lane.start for lane in lanes)
     best: tuple[float, str, int, float, float] | None = None
-    for at, name in enumerate(names):
+    for at in range(len(names)):
         work = {p: segs[at].work_s for p, segs in found.processes.items()}
         for p, mine in work.items():
             others = statistics.median(v for q, v in work.items() if q != p)

@@ -506,9 +506,10 @@ def _placed(traces: Sequence[TraceFigures], single: int | None, rename: dict[str
             slot[0], slot[1] = min(slot[0], start), max(slot[1], end)
         roles: dict[int, dict[str, list[float]]] = {}
         for at, name, start, end in figures.role_spans:
-            step = single if at is None else at
-            if step is None:
+            placed_at = single if at is None else at
+            if placed_at is None:
                 continue
+            step = placed_at
             slot = roles.setdefault(step, {}).setdefault(rename.get(name, name), [start, end])
             slot[0], slot[1] = min(slot[0], start), max(slot[1], end)
             whole = bounds.setdefault(step, [start, end])
@@ -529,10 +530,10 @@ def _placed(traces: Sequence[TraceFigures], single: int | None, rename: dict[str
         if figures.listed:
             drawn = set(figures.listed)
             for (at, role, name), (_s, total, _c) in figures.ops.items():
-                step = single if at is None else at
-                if role is None or name not in drawn or name == role or step is None:
+                in_step = single if at is None else at
+                if role is None or name not in drawn or name == role or in_step is None:
                     continue
-                key = (step, rename.get(role, role), name)
+                key = (in_step, rename.get(role, role), name)
                 nested[key] = nested.get(key, 0.0) + total / 1e6
     return lanes, nested
 
@@ -644,7 +645,7 @@ def _alignment(root: Path, run: str | None, captures: Sequence[CaptureSummary], 
     """Line up the processes of every captured step: the timelines' entries where every process of the step has
     one (they hold the time before the step), else the traces' ranges; the traces' collectives either way."""
     traced: dict[int, dict[str, list[Any]]] = defaultdict(dict)
-    where: dict[str, tuple[str, int]] = {}
+    where: dict[str, tuple[str | None, int | None]] = {}
     for item in captures:
         r = item.record
         if r.status != "ok" or not item.lanes:
@@ -653,7 +654,7 @@ def _alignment(root: Path, run: str | None, captures: Sequence[CaptureSummary], 
         for step, (start, end, spans, found) in item.lanes.items():
             slot = traced[step].get(item.process)
             if slot is None:
-                traced[step][item.process] = [start, end, dict(spans), list(found), r.host]
+                traced[step][item.process] = [start, end, dict(spans), list(found), r.host or "?"]
             else:
                 slot[0], slot[1] = min(slot[0], start), max(slot[1], end)
                 slot[2].update(spans)
@@ -680,14 +681,14 @@ def _alignment(root: Path, run: str | None, captures: Sequence[CaptureSummary], 
     return {step: _align.align(step, lanes, clock, rules) for step, lanes in sorted(steps.items())}, clock
 
 
-def _timeline_lanes(root: Path, run: str | None, where: dict[str, tuple[str, int]]) \
+def _timeline_lanes(root: Path, run: str | None, where: dict[str, tuple[str | None, int | None]]) \
         -> dict[int, dict[str, _align.Lane]]:
     """Return the timelines' lanes of the processes ``where`` (row name -> host and pid), named as the summary names
     them; empty when the folder holds no timeline of them."""
     from ._timeline import lanes, read
 
     timelines = read(root, run if run is not None else "latest")
-    rename = {}
+    rename: dict[str, str] = {}
     for process in timelines.processes:
         for who, (host, pid) in where.items():
             if process.host == host and process.pid == pid:
@@ -697,7 +698,7 @@ def _timeline_lanes(root: Path, run: str | None, where: dict[str, tuple[str, int
     out: dict[int, dict[str, _align.Lane]] = {}
     for step, found in lanes(timelines).items():
         for lane in found:
-            who = rename.get(lane.process)
-            if who is not None:
-                out.setdefault(step, {})[who] = replace(lane, process=who)
+            named = rename.get(lane.process)
+            if named is not None:
+                out.setdefault(step, {})[named] = replace(lane, process=named)
     return out

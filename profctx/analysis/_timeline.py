@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from ..core._layout import MANIFEST_DIR
-from . import _align
 from ..util._units import seconds_text as _secs
 from ..util._untrusted import UnsafeFileError, inside, open_regular, too_deep
+from . import _align
 
 #: How a timeline file's name ends (see :mod:`profctx.process._timeline`).
 SUFFIX: Final = ".timeline"

@@ -190,8 +190,8 @@ def render_summary(result: Summary, style: Style) -> str:
             rows.append(["", f"  (rest of {p.role})", seconds(rest), "", "", *([""] if device else []),
                          *([""] if waits else []), "", "", ""])
     if rows:
-        heads = ["STEP", "ROLE", "TIME", "SHARE", "NO-OP", *(["DEVICE"] if device else []), *(["WAIT"] if waits else []),
-                 "MEDIAN", "MAX/MED", "STRAGGLER"]
+        heads = ["STEP", "ROLE", "TIME", "SHARE", "NO-OP", *(["DEVICE"] if device else []),
+                 *(["WAIT"] if waits else []), "MEDIAN", "MAX/MED", "STRAGGLER"]
         out += ["", style("Phases (time: slowest process, its range; share of the step; no-op: its time in no "
                           "operator" + ("; device: kernels and copies it launched" if device else "")
                           + ("; wait: the longest a process waited there for the others" if waits else "")

@@ -3,7 +3,8 @@
 Each step runs ``rollout``, ``ref`` and ``actor_update`` (a DDP model's forward, backward — DDP's
 all-reduce — and optimizer step). ``--slow ROLE:RANK:SECONDS:STEPS`` sleeps that long inside ``ROLE``
 on ``RANK`` in those steps (comma-separated); ``--late RANK:SECONDS:STEPS`` sleeps before the step block
-opens (where a data loader sits). Steps 1..``--steps``; ``--window`` (comma-separated steps) is profiled in step mode on every rank.
+opens (where a data loader sits). Steps 1..``--steps``; ``--window`` (comma-separated steps) is profiled
+in step mode on every rank.
 """
 
 from __future__ import annotations

@@ -16,19 +16,19 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest.importorskip("torch")
 
-from profctx.analysis import StepAlignment, Summary, align, summarize  # noqa: E402
-from profctx.analysis._align import BEFORE, Lane, answer, clocks  # noqa: E402
-from profctx.cli import main  # noqa: E402
+from profctx.analysis import StepAlignment, Summary, align, summarize
+from profctx.analysis._align import BEFORE, Lane, answer, clocks
+from profctx.cli import main
 
 HERE = Path(__file__).parent
 JOB = HERE / "align_job.py"
@@ -70,13 +70,13 @@ def summary(job: Path) -> Summary:
     return summarize(job)
 
 
-def _timeline(capsys: pytest.CaptureFixture[str], save: Path) -> dict[str, object]:
+def _timeline(capsys: pytest.CaptureFixture[str], save: Path) -> Any:
     assert main(["timeline", str(save), "--json"]) == 0
-    return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
+    return json.loads(capsys.readouterr().out)
 
 
-def _step(doc: dict[str, object], step: int) -> dict[str, object]:
-    return next(row for row in doc["steps"] if row["step"] == step)  # type: ignore[attr-defined,index]
+def _step(doc: Any, step: int) -> Any:
+    return next(row for row in doc["steps"] if row["step"] == step)
 
 
 def test_slow_in_a_phase_names_the_slow_rank_in_that_phase_not_the_rank_that_waited(
@@ -136,18 +136,18 @@ def test_late_before_the_step_names_the_time_before_the_step(summary: Summary, j
 def test_the_timeline_names_both_without_a_profiler(job: Path, capsys: pytest.CaptureFixture[str]) -> None:
     doc = _timeline(capsys, job)
     slow, late = _step(doc, SLOW_STEP), _step(doc, LATE_STEP)
-    (s,) = slow["stragglers"]  # type: ignore[misc]
+    (s,) = slow["stragglers"]
     assert (s["process"], s["segment"]) == ("rank1", "ref") and LOW < s["lag_s"] < HIGH
     assert s["ratio"] > 3
-    (t,) = late["stragglers"]  # type: ignore[misc]
+    (t,) = late["stragglers"]
     assert (t["process"], t["segment"]) == ("rank1", BEFORE) and LOW < t["lag_s"] < HIGH
-    waited = late["alignment"]["straggler"]["waited"]  # type: ignore[index]
+    waited = late["alignment"]["straggler"]["waited"]
     assert waited[0]["process"] == "rank0" and waited[0]["segment"] == "actor_update"
     # Nothing else of that size: the other steps name no lag near the injected one.
-    for row in doc["steps"]:  # type: ignore[attr-defined]
+    for row in doc["steps"]:
         if row["step"] not in (SLOW_STEP, LATE_STEP):
             assert all(x["lag_s"] is None or x["lag_s"] < LOW for x in row["stragglers"]), row
-    assert doc["clocks"]["source"] == "one host"  # type: ignore[index]
+    assert doc["clocks"]["source"] == "one host"
     assert main(["timeline", str(job), "--rows", "0"]) == 0
     lines = capsys.readouterr().out.splitlines()
     row = next(x for x in lines if x.split()[:1] == [str(SLOW_STEP)])
@@ -181,14 +181,14 @@ def test_a_clock_offset_between_hosts_is_estimated_and_the_answer_stands(
         job: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     doc = _timeline(capsys, _other_host(job, tmp_path / "shifted", shift=2.5))
     clock = doc["clocks"]
-    assert clock["source"] == "step exits"  # type: ignore[index]
+    assert clock["source"] == "step exits"
     # Rank 1's clock reads 2.5 s ahead: its offset is -2.5 s, found from the step exits within 40 ms.
-    assert abs(clock["offsets_s"]["rank1"] + 2.5) < 0.04  # type: ignore[index]
-    (s,) = _step(doc, SLOW_STEP)["stragglers"]  # type: ignore[misc]
+    assert abs(clock["offsets_s"]["rank1"] + 2.5) < 0.04
+    (s,) = _step(doc, SLOW_STEP)["stragglers"]
     assert (s["process"], s["segment"]) == ("rank1", "ref") and LOW < s["lag_s"] < HIGH
-    (t,) = _step(doc, LATE_STEP)["stragglers"]  # type: ignore[misc]
+    (t,) = _step(doc, LATE_STEP)["stragglers"]
     assert (t["process"], t["segment"]) == ("rank1", BEFORE)
-    assert _step(doc, LATE_STEP)["alignment"]["straggler"]["waited"][0]["process"] == "rank0"  # type: ignore[index]
+    assert _step(doc, LATE_STEP)["alignment"]["straggler"]["waited"][0]["process"] == "rank0"
 
 
 def test_clocks_too_unsure_name_no_straggler(job: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -196,7 +196,7 @@ def test_clocks_too_unsure_name_no_straggler(job: Path, tmp_path: Path, capsys: 
     doc = _timeline(capsys, _other_host(job, tmp_path / "jumpy", shift=2.5, jitter=0.4))
     late = _step(doc, LATE_STEP)
     assert late["stragglers"] == []
-    assert "uncertainty" in late["answer"] and "cannot be told" in late["answer"]  # type: ignore[operator]
+    assert "uncertainty" in late["answer"] and "cannot be told" in late["answer"]
 
 
 def test_one_process_and_no_lag_say_so() -> None:
