@@ -178,6 +178,8 @@ class StepAlignment:
     note: str | None = None
     #: The wait came from the traces' collectives (else inferred from the timeline's entries and exits).
     from_collectives: bool = False
+    #: The segments the processes left together in this step (their exits close; see :func:`sync_points`).
+    together: set[str] = field(default_factory=set)
 
     def wait(self, process: str, segment: str) -> float:
         """Return the seconds ``process`` waited in ``segment`` (0 when absent)."""
@@ -278,12 +280,51 @@ def _by_name(found: Sequence[Collective]) -> dict[str, list[Collective]]:
 # -- one step --------------------------------------------------------------------------------------
 
 
-def align(step: int, lanes: Sequence[Lane], clock: Clocks | None = None, rules: Rules = Rules()) -> StepAlignment:
+def align_steps(steps: Mapping[int, Sequence[Lane]], clock: Clocks | None = None, rules: Rules = Rules(),
+                sync: frozenset[str] | None = None) -> dict[int, StepAlignment]:
+    """Return the alignment of every step of ``steps``, in step order.
+
+    A wait is inferred from the timeline (no collective in a trace) only in a segment the processes leave
+    together in most steps (:func:`sync_points`: the code synchronises there, as DDP's backward does), not
+    where they happen to leave together once; ``sync`` gives those segments (else they are found here).
+    """
+    clock = clocks(steps) if clock is None else clock
+    if sync is None:
+        sync = sync_points(steps, clock, rules)
+    return {step: align(step, lanes, clock, rules, sync) for step, lanes in sorted(steps.items())}
+
+
+#: A segment is a synchronisation point when the processes leave it together in this share of the steps ...
+SYNC_SHARE: Final = 0.8
+#: ... of at least this many steps (fewer: each step is judged alone).
+SYNC_STEPS: Final = 3
+
+
+def sync_points(steps: Mapping[int, Sequence[Lane]], clock: Clocks, rules: Rules = Rules()) -> frozenset[str] | None:
+    """Return the segments the processes leave together in most steps (``None``: too few steps to tell)."""
+    seen: dict[str, int] = {}
+    together: dict[str, int] = {}
+    for step, lanes in steps.items():
+        found = align(step, lanes, clock, rules)
+        if len(found.processes) < 2:
+            continue
+        for name in found.together:
+            together[name] = together.get(name, 0) + 1
+        for name in {seg.name for segs in found.processes.values() for seg in segs}:
+            seen[name] = seen.get(name, 0) + 1
+    if len(steps) < SYNC_STEPS:
+        return None
+    return frozenset(n for n, count in seen.items() if count >= SYNC_STEPS and together.get(n, 0) >= SYNC_SHARE * count)
+
+
+def align(step: int, lanes: Sequence[Lane], clock: Clocks | None = None, rules: Rules = Rules(),
+          sync: frozenset[str] | None = None) -> StepAlignment:
     """Return the alignment of the processes ``lanes`` in ``step`` (one lane per process).
 
     Processes that run different roles (a Ray driver and its workers, two worker groups) are lined up
     with those that run the same ones: each set of two or more processes with the same roles apart, the
-    straggler being the one with the largest lag of them all.
+    straggler being the one with the largest lag of them all. ``sync``: the segments where a wait may be
+    inferred from entries and exits (see :func:`align_steps`; ``None``: wherever the processes leave together).
     """
     if clock is None:
         clock = clocks({step: lanes})
@@ -292,8 +333,9 @@ def align(step: int, lanes: Sequence[Lane], clock: Clocks | None = None, rules: 
         groups.setdefault(frozenset(n for n, _, _ in lane.roles), []).append(lane)
     together = [g for g in groups.values() if len(g) >= 2]
     if len(groups) > 1 and together:
-        parts = [_align_one(step, g, clock, rules) for g in together]
+        parts = [_align_one(step, g, clock, rules, sync) for g in together]
         merged = StepAlignment(step, {p: segs for part in parts for p, segs in part.processes.items()})
+        merged.together = set().union(*(part.together for part in parts))
         named = [part for part in parts if part.straggler is not None]
         best = max(named, key=lambda part: part.straggler.lag_s if part.straggler else 0.0) if named else parts[0]
         merged.straggler, merged.note, merged.from_collectives = best.straggler, best.note, best.from_collectives
@@ -302,10 +344,11 @@ def align(step: int, lanes: Sequence[Lane], clock: Clocks | None = None, rules: 
             extra = f"{', '.join(apart[:4])}{' …' if len(apart) > 4 else ''} ran other roles: not compared"
             merged.note = f"{merged.note}; {extra}" if merged.note else extra
         return merged
-    return _align_one(step, lanes, clock, rules)
+    return _align_one(step, lanes, clock, rules, sync)
 
 
-def _align_one(step: int, lanes: Sequence[Lane], clock: Clocks, rules: Rules) -> StepAlignment:
+def _align_one(step: int, lanes: Sequence[Lane], clock: Clocks, rules: Rules,
+               sync: frozenset[str] | None = None) -> StepAlignment:
     """Return the alignment of ``lanes`` over the roles they all run."""
     if len(lanes) < 2:
         segs = {lane.process: [Segment(n, b - a, 0.0, 0.0) for n, a, b in _cuts(lane, _shared(lanes))]
@@ -319,12 +362,16 @@ def _align_one(step: int, lanes: Sequence[Lane], clock: Clocks, rules: Rules) ->
     unsure = max((clock.uncertainty.get(lane.process, 0.0) for lane in lanes), default=0.0)
     names = [n for n, _, _ in next(iter(cuts.values()))]
     processes: dict[str, list[Segment]] = {p: [] for p in cuts}
+    left: set[str] = set()
     for at, name in enumerate(names):
         entry = {p: c[at][1] + offset[p] for p, c in cuts.items()}
         exit_ = {p: c[at][2] + offset[p] for p, c in cuts.items()}
         first = min(entry.values())
         spread_in = max(entry.values()) - first
         together = max(exit_.values()) - min(exit_.values()) <= max(rules.together_s + 2 * unsure, spread_in / 4)
+        if together:
+            left.add(name)
+        together = together and (sync is None or name in sync)
         for p, c in cuts.items():
             time_s = c[at][2] - c[at][1]
             wait = 0.0
@@ -334,6 +381,7 @@ def _align_one(step: int, lanes: Sequence[Lane], clock: Clocks, rules: Rules) ->
             processes[p].append(Segment(name, time_s, wait, entry[p] - first if math.isfinite(unsure) else None))
     from_collectives = _collective_waits(lanes, processes, offset, unsure)
     found = StepAlignment(step, processes, from_collectives=from_collectives)
+    found.together = left
     _name_straggler(found, names, lanes, unsure, rules)
     return found
 

@@ -676,9 +676,13 @@ def _alignment(root: Path, run: str | None, captures: Sequence[CaptureSummary], 
     for step, lanes in steps.items():
         if any(lane.roles for lane in lanes):  # a process that draws no role (a driver waiting on its workers)
             steps[step] = [lane for lane in lanes if lane.roles]  # has nothing to compare the roles by
-    clock = _align.clocks(steps)
     rules = _align.Rules(ratio=ratio, share=0.0)
-    return {step: _align.align(step, lanes, clock, rules) for step, lanes in sorted(steps.items())}, clock
+    # Where the code synchronises is a fact of the whole run: the timelines' steps tell it better than the
+    # few captured ones (a capture's own start and stop also shifts its step).
+    every = {step: list(by_who.values()) for step, by_who in timed.items() if len(by_who) >= 2}
+    clock = _align.clocks({**every, **steps}) if every else _align.clocks(steps)
+    sync = _align.sync_points(every, clock, rules) if len(every) >= _align.SYNC_STEPS else None
+    return _align.align_steps(steps, clock, rules, sync), clock
 
 
 def _timeline_lanes(root: Path, run: str | None, where: dict[str, tuple[str | None, int | None]]) \

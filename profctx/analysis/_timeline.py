@@ -415,11 +415,13 @@ def _aligned(timelines: Timelines, found: list[StepRow], rules: Rules) -> None:
         return  # a timeline without role entries: the step-time rule stays
     clock = _align.clocks(by_step)
     rule = rules.align()
+    every = {step: here for step, here in by_step.items() if len(here) >= 2}
+    lined = _align.align_steps(every, clock, rule)
     for row in found:
         here = by_step.get(row.step, [])
-        if len(here) != len(row.times):
+        if len(here) != len(row.times) or row.step not in lined:
             continue
-        row.alignment = _align.align(row.step, here, clock, rule)
+        row.alignment = lined[row.step]
         s = row.alignment.straggler
         row.stragglers = [] if s is None else [
             Straggler(s.process, row.times[s.process], s.ratio, s.segment, s.lag_s, _align.answer(row.alignment))]

@@ -198,12 +198,6 @@ def render_summary(result: Summary, style: Style) -> str:
                           + "; max/med: the largest work (time less wait) over the other processes' median; "
                           "nested roles indented under their parent)", "bold"),
                 table(heads, rows, right=set(range(len(heads) - 1)) - {1})]
-    answers = [(step, a) for step, a in sorted(result.alignment.items()) if len(a.processes) >= 2]
-    if answers:
-        out += ["", style("Who the others waited for (the processes lined up on one clock)", "bold")]
-        out += [f"step {step}: {result.answer(step)}" for step, _ in answers[:20]]
-        if len(answers) > 20:
-            out.append(f"... and {len(answers) - 20} more steps (--json lists them all)")
     if result.overhead:
         out.append("profiler start/stop, not in any role (slowest process): "
                    + ", ".join(f"step {s} {seconds(t)}" for s, t in result.overhead.items()))
@@ -232,6 +226,12 @@ def render_summary(result: Summary, style: Style) -> str:
         out += ["", style(f"{len(empty)} capture(s) hold no operator: "
                           + ", ".join(f"step {c.record.step} {c.record.role or 'step'} {c.process or c.record.who}"
                                       for c in empty[:5]), "yellow")]
+    answers = [(step, a) for step, a in sorted(result.alignment.items()) if len(a.processes) >= 2]
+    if answers:
+        out += ["", style("Who the others waited for (the processes lined up on one clock)", "bold")]
+        out += [f"step {step}: {result.answer(step)}" for step, _ in answers[:20]]
+        if len(answers) > 20:
+            out.append(f"... and {len(answers) - 20} more steps (--json lists them all)")
     for problem in result.problems[:10]:
         out.append(style(f"problem: {problem}", "red"))
     return "\n".join(out)

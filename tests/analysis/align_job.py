@@ -1,10 +1,11 @@
 """A GRPO-shaped loop under ``torchrun`` (gloo, CPU) with a lag the test injects: the corpus of ``test_align.py``.
 
-Each step runs ``rollout``, ``ref`` and ``actor_update`` (a DDP model's forward, backward — DDP's
-all-reduce — and optimizer step). ``--slow ROLE:RANK:SECONDS:STEPS`` sleeps that long inside ``ROLE``
-on ``RANK`` in those steps (comma-separated); ``--late RANK:SECONDS:STEPS`` sleeps before the step block
-opens (where a data loader sits). Steps 1..``--steps``; ``--window`` (comma-separated steps) is profiled
-in step mode on every rank.
+Each step runs ``rollout`` (with ``generate`` nested in it: 20 ms of its sleep), ``ref`` and
+``actor_update`` (a DDP model's forward, backward — DDP's all-reduce — and optimizer step).
+``--slow ROLE:RANK:SECONDS:STEPS`` sleeps that long inside ``ROLE`` on ``RANK`` in those steps
+(comma-separated); ``--late RANK:SECONDS:STEPS`` sleeps before the step block opens (where a data
+loader sits). Steps 1..``--steps``; ``--window`` (comma-separated steps) is profiled in step mode on
+every rank.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ def main() -> None:
         with profctx.profile_step(step):
             with profctx.profile_step(role="rollout"):
                 batch = torch.tanh(x @ x.T) @ x
-                time.sleep(0.02 + slow.get(("rollout", step), 0.0))
+                with profctx.profile_step(role="generate"):  # a nested role: shown under rollout
+                    time.sleep(0.02 + slow.get(("rollout", step), 0.0))
             with profctx.profile_step(role="ref"):
                 with torch.no_grad():
                     ref = model(batch)

@@ -199,6 +199,22 @@ def test_clocks_too_unsure_name_no_straggler(job: Path, tmp_path: Path, capsys: 
     assert "uncertainty" in late["answer"] and "cannot be told" in late["answer"]
 
 
+def test_a_nested_role_is_shown_under_its_parent(summary: Summary, job: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    # generate (a 20 ms sleep) is nested in rollout: one line under it, with the rest of rollout.
+    rollout = summary.phase(SLOW_STEP, "rollout")
+    assert rollout is not None and set(rollout.nested) == {"generate"}
+    assert 0.02 <= rollout.nested["generate"] <= rollout.time_s
+    assert summary.phase(SLOW_STEP, "generate") is None  # not a phase of its own: it is inside rollout
+    assert main(["summary", str(job)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, x in enumerate(lines) if x.split()[:2] == [str(SLOW_STEP), "rollout"])
+    assert lines[at + 1].split()[0] == "generate" and lines[at + 2].split()[:3] == ["(rest", "of", "rollout)"]
+    assert main(["diff", str(job), "--steps", str(SLOW_STEP), str(LATE_STEP), "--json"]) == 0
+    roles = {r["role"]: r for r in json.loads(capsys.readouterr().out)["roles"]}
+    assert [n["role"] for n in roles["rollout"]["nested"]] == ["generate"]
+
+
 def test_one_process_and_no_lag_say_so() -> None:
     one = align(1, [Lane("rank 0", "h", 0.0, 1.0)])
     assert one.straggler is None and "one process" in answer(one)
