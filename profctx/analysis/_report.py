@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import math
+import statistics
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from typing import Final
@@ -98,9 +99,9 @@ def render(summary: Summary, records: Sequence[CaptureRecord], *, damaged: Seque
                     if _has_device(summary) else "") + "</p>")
     parts.append(_phases(summary, palette))
     parts.append(f"<h2>Processes &times; roles</h2><p class=hint>Time of each process in each role, one cell per "
-                 f"step; darker is slower relative to the median over processes in that step and role. ★ marks the "
-                 f"straggler of that step: the process the others waited for, in the role where its lag accrued "
-                 f"(its work there over the other processes' median by more than "
+                 f"step; darker is slower relative to the median of the other processes in that step and role. "
+                 f"★ marks the straggler of that step: the process the others waited for, in the role where its "
+                 f"lag accrued (its work there over the other processes' median by more than "
                  f"{summary.straggler_ratio:.2f}&times;); a cell's wait for the others is in its tooltip and is "
                  f"not work.</p>")
     parts.append(_heatmap(summary))
@@ -336,13 +337,15 @@ def _heatmap(summary: Summary) -> str:
             if t is None:
                 cells.append(f'<td class=none data-step="{step}">-</td>')
                 continue
-            rel = t / phase.median_s if phase.median_s > 0 else 1.0
+            others = [v for k, v in phase.per_process.items() if k != who]
+            base = statistics.median(others) if others else t
+            rel = t / base if base > 0 else 1.0
             alpha = max(0.05, min(0.85, 0.25 + (rel - 1.0) * 1.2))
             star = phase.straggler == who
             cells.append(f'<td class="cell{" straggler" if star else ""}" data-process="{e(who)}" '
                          f'data-role="{e(role)}" data-step="{step}" style="background:rgba(190,0,50,{alpha:.2f})" '
                          f'title="{e(who)} · step {step} · {e(role)}: {_secs(t)}, {rel:.2f}&times; the median '
-                         f'of the step{_waited(phase, who)}">{_secs(t)}{" ★" if star else ""}</td>')
+                         f'of the other processes{_waited(phase, who)}">{_secs(t)}{" ★" if star else ""}</td>')
         out.append(f"<tr><th>{e(who)}</th>{''.join(cells)}</tr>")
     out.append("</tbody></table></div>")
     return "".join(out)
