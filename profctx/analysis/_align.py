@@ -372,11 +372,12 @@ def _align_one(step: int, lanes: Sequence[Lane], clock: Clocks, rules: Rules,
         if together:
             left.add(name)
         together = together and (sync is None or name in sync)
+        latest_other = _others_max(entry) if together else {}
         for p, c in cuts.items():
             time_s = c[at][2] - c[at][1]
             wait = 0.0
             if together and math.isfinite(unsure):
-                latest = max(v for q, v in entry.items() if q != p)
+                latest = latest_other[p]
                 wait = min(max(latest - entry[p], 0.0), time_s)
             processes[p].append(Segment(name, time_s, wait, entry[p] - first if math.isfinite(unsure) else None))
     from_collectives = _collective_waits(lanes, processes, offset, unsure)
@@ -474,14 +475,35 @@ def _segment_at(lane: Lane, segs: Sequence[Segment], when: float) -> str:
     return segs[-1].name if segs else "step"
 
 
+def _others_max(values: Mapping[str, float]) -> dict[str, float]:
+    """Return per key the largest of the other keys' values (two or more keys)."""
+    ranked = sorted(values, key=values.__getitem__, reverse=True)
+    top, second = values[ranked[0]], values[ranked[1]]
+    return {k: second if k == ranked[0] else top for k in values}
+
+
+def _others_median(values: Mapping[str, float]) -> dict[str, float]:
+    """Return per key the median of the other keys' values (two or more keys), in one sort."""
+    ranked = sorted(values, key=values.__getitem__)
+    ordered = [values[k] for k in ranked]
+    n = len(ordered) - 1  # the others' count
+    out: dict[str, float] = {}
+    for at, key in enumerate(ranked):
+        def nth(i: int, at: int = at) -> float:  # the i-th of the others, in order
+            return ordered[i if i < at else i + 1]
+        out[key] = nth(n // 2) if n % 2 else (nth(n // 2 - 1) + nth(n // 2)) / 2
+    return out
+
+
 def _name_straggler(found: StepAlignment, names: Sequence[str], lanes: Sequence[Lane], unsure: float,
                     rules: Rules) -> None:
     step_s = statistics.median(lane.end - lane.start for lane in lanes)
     best: tuple[float, str, int, float, float] | None = None
     for at in range(len(names)):
         work = {p: segs[at].work_s for p, segs in found.processes.items()}
+        medians = _others_median(work)
         for p, mine in work.items():
-            others = statistics.median(v for q, v in work.items() if q != p)
+            others = medians[p]
             lag = mine - others
             if lag < max(rules.min_s, rules.share * step_s) or (others > 0 and mine / others <= rules.ratio):
                 continue
