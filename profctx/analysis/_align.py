@@ -118,6 +118,8 @@ class Segment:
     lag_s: float | None
     #: The collective the wait was in (the one that waited longest), when a trace says.
     collective: str | None = None
+    #: Time in the segment's collectives after the last process arrived (the transfer); ``None``: no trace says.
+    transfer_s: float | None = None
 
     @property
     def work_s(self) -> float:
@@ -127,7 +129,7 @@ class Segment:
     def to_json(self) -> dict[str, Any]:
         """Return the JSON form."""
         return {"segment": self.name, "time_s": self.time_s, "work_s": self.work_s, "wait_s": self.wait_s,
-                "arrival_lag_s": self.lag_s, "collective": self.collective}
+                "arrival_lag_s": self.lag_s, "collective": self.collective, "transfer_s": self.transfer_s}
 
 
 @dataclass
@@ -449,8 +451,9 @@ def _collective_waits(lanes: Sequence[Lane], processes: dict[str, list[Segment]]
                 c = v[name][k]
                 wait = min(max(last - arrivals[p], 0.0), c.end - c.start)
                 where = c.role if c.role is not None else _segment_at(bounds[p], processes[p], c.start)
-                slot = waits[p].setdefault(where, [0.0, name, 0.0])
+                slot = waits[p].setdefault(where, [0.0, name, 0.0, 0.0])
                 slot[0] += wait
+                slot[3] += (c.end - c.start) - wait
                 if wait >= slot[2]:
                     slot[1], slot[2] = name, wait
     if not any(waits.values()):
@@ -460,6 +463,7 @@ def _collective_waits(lanes: Sequence[Lane], processes: dict[str, list[Segment]]
             got = waits[p].get(seg.name)
             seg.wait_s = min(got[0], seg.time_s) if got else 0.0
             seg.collective = got[1] if got and got[0] > 0 else None
+            seg.transfer_s = got[3] if got else 0.0
     return True
 
 

@@ -27,7 +27,7 @@ import pytest
 pytest.importorskip("torch")
 
 from profctx.analysis import StepAlignment, Summary, align, summarize
-from profctx.analysis._align import BEFORE, Lane, answer, clocks
+from profctx.analysis._align import BEFORE, Collective, Lane, answer, clocks
 from profctx.cli import main
 
 HERE = Path(__file__).parent
@@ -221,3 +221,27 @@ def test_one_process_and_no_lag_say_so() -> None:
     even = [Lane(f"rank {r}", "h", 10.0, 11.0, 9.9, (("train", 10.0, 11.0),)) for r in range(3)]
     found: StepAlignment = align(2, even, clocks({2: even}))
     assert found.straggler is None and answer(found) == "no process made the others wait"
+
+
+def test_collectives_across_hosts_give_the_clock_offset_and_split_wait_from_transfer() -> None:
+    # Rank 1's clock reads 5 s ahead; it enters actor_update 0.3 s after rank 0 (it was slow in ref); the
+    # all_reduce's transfer takes 2 ms after the last arrival, and both end together (on the true clock).
+    def lane(rank: int, host: str, shift: float, step: int) -> Lane:
+        t = 100.0 * step + shift
+        ref = 0.02 if rank == 0 else 0.32
+        enter = t + 0.02 + ref
+        arrive = enter + 0.001
+        end = t + 0.02 + 0.32 + 0.001 + 0.002
+        return Lane(f"rank {rank}", host, t, end + 0.001, None,
+                    (("rollout", t, t + 0.02), ("ref", t + 0.02, enter), ("actor_update", enter, end + 0.001)),
+                    (Collective("gloo:all_reduce", arrive, end, "actor_update"),))
+    steps = {s: [lane(0, "a", 0.0, s), lane(1, "b", 5.0, s)] for s in (1, 2, 3)}
+    clock = clocks(steps)
+    assert clock.source == "collectives" and clock.offsets["rank 1"] == pytest.approx(-5.0)
+    found = align(2, steps[2], clock)
+    s = found.straggler
+    assert s is not None and (s.process, s.segment) == ("rank 1", "ref") and s.lag_s == pytest.approx(0.3)
+    update = {p: next(x for x in segs if x.name == "actor_update") for p, segs in found.processes.items()}
+    assert update["rank 0"].wait_s == pytest.approx(0.3) and update["rank 0"].transfer_s == pytest.approx(0.002)
+    assert update["rank 1"].wait_s == pytest.approx(0.0) and update["rank 1"].transfer_s == pytest.approx(0.002)
+    assert "rank 0 waited 300 ms in `actor_update`'s gloo:all_reduce" in answer(found)
