@@ -8,7 +8,7 @@ each step. The definitions (also in ``docs/analysis.md``):
   this step's entry: the data loader, logging), each top-level role the processes share (its first
   entry to its last exit), and *(outside roles)* between them. A segment's time on a process is read on
   that process's own clock: exact whatever the hosts.
-- **Wait** is the part of a segment a process spent waiting for the others. From a trace: inside a
+- **Wait** is the part of a segment a process spent waiting for the others. From a trace: inside a gloo
   collective matched across processes (same name, same position among the step's collectives of that
   name), the time from its own arrival to the last arrival (the rest is the *transfer*). From the timeline
   (no trace): in a segment the processes leave together (their exits within :attr:`Rules.together_s`,

@@ -339,11 +339,10 @@ def collectives(threads: dict[tuple[Any, Any], _Thread], names: list[str],
     """Return the collectives of the trace: ``(step, role, name, start, end)``, each in the role of its process
     that holds its start (see the module's docstring), in time order.
 
-    The backend's own ranges (``gloo:all_reduce``, ``nccl:all_reduce``: from the call to the end of the
-    transfer) where the trace has them, else c10d's operators (``c10d::allreduce_``: the call only)."""
+    Only gloo's own ranges (``gloo:all_reduce``, on gloo's thread: from the call to the end of the transfer)
+    say how long a process waited. c10d's operators (``c10d::allreduce_``) and NCCL's host-side ranges only
+    enqueue the work (NCCL waits on the device): they are left out, and the wait is read from the timeline."""
     chosen = [i for i, n in enumerate(names) if n.startswith(COLLECTIVE_RANGES)]
-    if not chosen:
-        chosen = [i for i, n in enumerate(names) if n.startswith(COLLECTIVE_OPS)]
     if not chosen:
         return []
     wanted = frozenset(chosen)
@@ -362,10 +361,8 @@ def collectives(threads: dict[tuple[Any, Any], _Thread], names: list[str],
     return found
 
 
-#: Names of the collectives' own ranges (the backend's thread: the call to the end of the transfer).
-COLLECTIVE_RANGES: Final = ("gloo:", "nccl:")
-#: Names of the collectives' operators (the calling thread), taken where the trace has no such range.
-COLLECTIVE_OPS: Final = ("c10d::", "record_param_comms")
+#: Names of the collectives' own ranges that last until the transfer ends (gloo's thread runs each to its end).
+COLLECTIVE_RANGES: Final = ("gloo:",)
 
 
 def _step_of(steps: _Cover, marks: list[tuple[float, float, int]], ts: float) -> int | None:
