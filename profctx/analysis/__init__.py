@@ -6,7 +6,7 @@ summaries; :func:`check` turns a diff into pass/fail against thresholds. See ``d
 """
 
 from ..manifest import process_names
-from ._align import Clocks, Lane, StepAlignment, align, clocks
+from ._align import Clocks, Lane, StepAlignment, align, align_steps, clocks
 from ._check import Threshold, Violation, check, parse_threshold
 from ._diff import Diff, OpDelta, RoleDelta, diff
 from ._summary import (
@@ -40,6 +40,7 @@ __all__ = [
     "TraceFigures",
     "Violation",
     "align",
+    "align_steps",
     "check",
     "clocks",
     "diff",
