@@ -11,8 +11,9 @@ each step. The definitions (also in ``docs/analysis.md``):
 - **Wait** is the part of a segment a process spent waiting for the others. From a trace: inside a gloo
   collective matched across processes (same name, same position among the step's collectives of that
   name), the time from its own arrival to the last arrival (the rest is the *transfer*). From the timeline
-  (no trace): in a segment the processes leave together (their exits within :attr:`Rules.together_s`,
-  or a quarter of how far apart they entered), the time from its own entry to the last other process's.
+  (no trace): in a segment that synchronises the processes (:func:`sync_points`) and that they leave
+  together in the step (their exits within :attr:`Rules.together_s`, or a quarter of how far apart
+  they entered), the time from its own entry to the last other process's.
   **Work** is the rest.
 - **Arrival lag** of a process at a segment is how much later it entered it than the first process did,
   on the aligned clock.
@@ -182,6 +183,8 @@ class StepAlignment:
     from_collectives: bool = False
     #: The segments the processes left together in this step (their exits close; see :func:`sync_points`).
     together: set[str] = field(default_factory=set)
+    #: ``{segment: (entry spread, exit spread)}``: how far apart the processes entered and left it (seconds).
+    spreads: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def wait(self, process: str, segment: str) -> float:
         """Return the seconds ``process`` waited in ``segment`` (0 when absent)."""
@@ -286,9 +289,10 @@ def align_steps(steps: Mapping[int, Sequence[Lane]], clock: Clocks | None = None
                 sync: frozenset[str] | None = None) -> dict[int, StepAlignment]:
     """Return the alignment of every step of ``steps``, in step order.
 
-    A wait is inferred from the timeline (no collective in a trace) only in a segment the processes leave
-    together in most steps (:func:`sync_points`: the code synchronises there, as DDP's backward does), not
-    where they happen to leave together once; ``sync`` gives those segments (else they are found here).
+    A wait is inferred from the timeline (no collective in a trace) only in a segment that synchronises the
+    processes (:func:`sync_points`: entered far apart, they leave it together, as DDP's backward makes
+    them), not where they happen to leave together once; ``sync`` gives those segments (else they are
+    found here).
     """
     clock = clocks(steps) if clock is None else clock
     if sync is None:
@@ -296,27 +300,34 @@ def align_steps(steps: Mapping[int, Sequence[Lane]], clock: Clocks | None = None
     return {step: align(step, lanes, clock, rules, sync) for step, lanes in sorted(steps.items())}
 
 
-#: A segment is a synchronisation point when the processes leave it together in this share of the steps ...
+#: A segment is a synchronisation point when the processes, having entered it at least :data:`EVIDENCE_S`
+#: apart, leave it within a quarter of that in this share of such steps ...
 SYNC_SHARE: Final = 0.8
-#: ... of at least this many steps (fewer: each step is judged alone).
+#: ... judged over at least this many steps of the run (fewer: each step is judged alone).
 SYNC_STEPS: Final = 3
+#: Entries this far apart tell whether a segment synchronises; closer ones (noise) tell nothing.
+EVIDENCE_S: Final = 0.02
 
 
 def sync_points(steps: Mapping[int, Sequence[Lane]], clock: Clocks, rules: Rules = Rules()) -> frozenset[str] | None:
-    """Return the segments the processes leave together in most steps (``None``: too few steps to tell)."""
-    seen: dict[str, int] = {}
+    """Return the segments that synchronise the processes (``None``: too few steps to tell).
+
+    Only steps where the processes entered a segment far apart (:data:`EVIDENCE_S`) say anything: in a
+    synchronising segment they then leave it together, elsewhere as far apart as they came in.
+    """
+    if len(steps) < SYNC_STEPS:
+        return None
+    telling: dict[str, int] = {}
     together: dict[str, int] = {}
     for step, lanes in steps.items():
         found = align(step, lanes, clock, rules)
-        if len(found.processes) < 2:
-            continue
-        for name in found.together:
-            together[name] = together.get(name, 0) + 1
-        for name in {seg.name for segs in found.processes.values() for seg in segs}:
-            seen[name] = seen.get(name, 0) + 1
-    if len(steps) < SYNC_STEPS:
-        return None
-    return frozenset(n for n, count in seen.items() if count >= SYNC_STEPS and together.get(n, 0) >= SYNC_SHARE * count)
+        for name, (entered, left) in found.spreads.items():
+            if entered < EVIDENCE_S:
+                continue
+            telling[name] = telling.get(name, 0) + 1
+            if left <= entered / 4:
+                together[name] = together.get(name, 0) + 1
+    return frozenset(n for n, count in telling.items() if together.get(n, 0) >= SYNC_SHARE * count)
 
 
 def align(step: int, lanes: Sequence[Lane], clock: Clocks | None = None, rules: Rules = Rules(),
@@ -338,6 +349,7 @@ def align(step: int, lanes: Sequence[Lane], clock: Clocks | None = None, rules: 
         parts = [_align_one(step, g, clock, rules, sync) for g in together]
         merged = StepAlignment(step, {p: segs for part in parts for p, segs in part.processes.items()})
         merged.together = set().union(*(part.together for part in parts))
+        merged.spreads = {k: v for part in parts for k, v in part.spreads.items()}
         named = [part for part in parts if part.straggler is not None]
         best = max(named, key=lambda part: part.straggler.lag_s if part.straggler else 0.0) if named else parts[0]
         merged.straggler, merged.note, merged.from_collectives = best.straggler, best.note, best.from_collectives
@@ -365,12 +377,15 @@ def _align_one(step: int, lanes: Sequence[Lane], clock: Clocks, rules: Rules,
     names = [n for n, _, _ in next(iter(cuts.values()))]
     processes: dict[str, list[Segment]] = {p: [] for p in cuts}
     left: set[str] = set()
+    spreads: dict[str, tuple[float, float]] = {}
     for at, name in enumerate(names):
         entry = {p: c[at][1] + offset[p] for p, c in cuts.items()}
         exit_ = {p: c[at][2] + offset[p] for p, c in cuts.items()}
         first = min(entry.values())
         spread_in = max(entry.values()) - first
-        together = max(exit_.values()) - min(exit_.values()) <= max(rules.together_s + 2 * unsure, spread_in / 4)
+        spread_out = max(exit_.values()) - min(exit_.values())
+        spreads[name] = (spread_in, spread_out)
+        together = spread_out <= max(rules.together_s + 2 * unsure, spread_in / 4)
         if together:
             left.add(name)
         together = together and (sync is None or name in sync)
@@ -385,6 +400,7 @@ def _align_one(step: int, lanes: Sequence[Lane], clock: Clocks, rules: Rules,
     from_collectives = _collective_waits(lanes, processes, offset, unsure)
     found = StepAlignment(step, processes, from_collectives=from_collectives)
     found.together = left
+    found.spreads = spreads
     _name_straggler(found, names, lanes, unsure, rules)
     return found
 
