@@ -6,6 +6,7 @@ summaries; :func:`check` turns a diff into pass/fail against thresholds. See ``d
 """
 
 from ..manifest import process_names
+from ._align import Clocks, Lane, StepAlignment, align, align_steps, clocks
 from ._check import Threshold, Violation, check, parse_threshold
 from ._diff import Diff, OpDelta, RoleDelta, diff
 from ._summary import (
@@ -26,16 +27,22 @@ __all__ = [
     "SCHEMA_VERSION",
     "STRAGGLER_RATIO",
     "CaptureSummary",
+    "Clocks",
     "Diff",
+    "Lane",
     "OpDelta",
     "OpFigure",
     "RoleDelta",
     "RoleStep",
+    "StepAlignment",
     "Summary",
     "Threshold",
     "TraceFigures",
     "Violation",
+    "align",
+    "align_steps",
     "check",
+    "clocks",
     "diff",
     "parse_threshold",
     "process_names",

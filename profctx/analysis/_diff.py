@@ -35,12 +35,19 @@ class OpDelta:
 
 @dataclass
 class RoleDelta:
-    """One role: its time per step (max over processes, mean over steps) in A and B, and its operators."""
+    """One role: its time per step (max over processes, mean over steps) in A and B, and its operators.
+
+    ``a_wait_s``/``b_wait_s``: the longest wait of a process for the others in the role, mean over steps
+    (waiting, not the role's work); ``nested``: the roles drawn inside it, as deltas of their own.
+    """
 
     role: str
     a_s: float
     b_s: float
     ops: list[OpDelta] = field(default_factory=list)
+    a_wait_s: float = 0.0
+    b_wait_s: float = 0.0
+    nested: list[RoleDelta] = field(default_factory=list)
 
     @property
     def delta_s(self) -> float:
@@ -55,7 +62,8 @@ class RoleDelta:
     def to_json(self) -> dict[str, Any]:
         """Return the JSON form."""
         return {"role": self.role, "a_s": self.a_s, "b_s": self.b_s, "delta_s": self.delta_s,
-                "change": self.change, "ops": [o.to_json() for o in self.ops]}
+                "change": self.change, "a_wait_s": self.a_wait_s, "b_wait_s": self.b_wait_s,
+                "nested": [n.to_json() for n in self.nested], "ops": [o.to_json() for o in self.ops]}
 
 
 @dataclass
@@ -65,11 +73,16 @@ class Diff:
     a_label: str
     b_label: str
     roles: list[RoleDelta]
+    #: ``{step: line}``: who the others waited for in each step of A and of B (see ``Summary.answer``).
+    a_stragglers: dict[int, str] = field(default_factory=dict)
+    b_stragglers: dict[int, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """Return the versioned JSON document (schema ``profctx.diff`` version 1)."""
         return {"schema": "profctx.diff", "version": 1, "a": self.a_label, "b": self.b_label,
-                "roles": [r.to_json() for r in self.roles]}
+                "roles": [r.to_json() for r in self.roles],
+                "a_stragglers": {str(k): v for k, v in self.a_stragglers.items()},
+                "b_stragglers": {str(k): v for k, v in self.b_stragglers.items()}}
 
 
 def _per_unit(summary: Summary, role: str) -> dict[str, float]:
@@ -92,6 +105,16 @@ def diff(a: Summary, b: Summary, *, top: int = 10, a_label: str = "A", b_label: 
         ops = [OpDelta(role, name, ops_a.get(name, 0.0), ops_b.get(name, 0.0))
                for name in dict.fromkeys([*ops_a, *ops_b])]
         ops.sort(key=lambda o: -abs(o.delta_s))
-        roles.append(RoleDelta(role, a.role_time(role), b.role_time(role), ops[:top]))
+        children = list(dict.fromkeys([*a.nested_time(role), *b.nested_time(role)]))
+        nested = [RoleDelta(child, a.nested_time(role).get(child, 0.0), b.nested_time(role).get(child, 0.0))
+                  for child in children]
+        roles.append(RoleDelta(role, a.role_time(role), b.role_time(role), ops[:top], a.role_wait(role),
+                               b.role_wait(role), nested))
     roles.sort(key=lambda r: -abs(r.delta_s))
-    return Diff(a_label, b_label, roles)
+    return Diff(a_label, b_label, roles, _named(a), _named(b))
+
+
+def _named(summary: Summary) -> dict[int, str]:
+    """Return the steps of ``summary`` that name a straggler, with its line."""
+    return {step: summary.answer(step) or "" for step, found in sorted(summary.alignment.items())
+            if found.straggler is not None}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import math
+import statistics
 from collections import defaultdict
 from collections.abc import Collection, Sequence
 from typing import Final
@@ -98,10 +99,13 @@ def render(summary: Summary, records: Sequence[CaptureRecord], *, damaged: Seque
                     if _has_device(summary) else "") + "</p>")
     parts.append(_phases(summary, palette))
     parts.append(f"<h2>Processes &times; roles</h2><p class=hint>Time of each process in each role, one cell per "
-                 f"step; darker is slower relative to the median over processes in that step and role. ★ marks the "
-                 f"straggler of that step: slower than that median by more than "
-                 f"{summary.straggler_ratio:.2f}&times;.</p>")
+                 f"step; darker is slower relative to the median of the other processes in that step and role. "
+                 f"★ marks the straggler of that step: the process the others waited for, in the role where its "
+                 f"lag accrued (its work there over the other processes' median by more than "
+                 f"{summary.straggler_ratio:.2f}&times;); a cell's wait for the others is in its tooltip and is "
+                 f"not work.</p>")
     parts.append(_heatmap(summary))
+    parts.append(_answers(summary))
     parts.append("<h2>Top operators per role</h2><p class=hint>Self time (time in the operator itself, not in "
                  "operators it called), summed over every process and step of the role; share of the role's "
                  "total self time. Operators of a thread that draws no role of its own (a collective's, a "
@@ -273,8 +277,15 @@ def _phases(summary: Summary, palette: dict[str, str]) -> str:
             f'<div class=device data-role="{e(p.role)}" data-seconds="{seconds:.6f}">{e(p.role)}: {_secs(seconds)}'
             "</div>" for p in items if (seconds := _device(p)) is not None)
         cell = f"<td>{launched or '-'}</td>" if device else ""
+        inner = "".join(
+            f'<div class=nested data-role="{e(p.role)}">{e(p.role)}: '
+            + ", ".join(f"{e(child)} {_secs(t)}" for child, t in sorted(p.nested.items(), key=lambda kv: -kv[1]))
+            + f", rest {_secs(max(p.time_s - sum(p.nested.values()), 0.0))}</div>"
+            for p in items if getattr(p, "nested", None))
+        waits = "".join(f'<div class=wait data-role="{e(p.role)}">{e(p.role)}: {_secs(p.wait_s)} waiting for the '
+                        f"others (not work)</div>" for p in items if getattr(p, "wait", None) and p.wait_s > 0)
         out.append(f'<tr data-step="{step}"><td>{step}</td><td>{_secs(summary.step_wall.get(step))}</td>'
-                   f"<td><div class=stack>{segs}</div></td><td>{idle or '-'}</td>{cell}</tr>")
+                   f"<td><div class=stack>{segs}</div>{inner}{waits}</td><td>{idle or '-'}</td>{cell}</tr>")
     out.append("</tbody></table>")
     return "".join(out)
 
@@ -289,6 +300,18 @@ def _device(phase: RoleStep) -> float | None:
     """Return the seconds of device work ``phase`` launched on its slowest process, when its traces hold some."""
     value = getattr(phase, "device_s", None)
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) and value >= 0 else None
+
+
+def _answers(summary: Summary) -> str:
+    """Return the list of who the others waited for, per step lined up (``""`` with one process)."""
+    lined = [(step, a) for step, a in sorted(summary.alignment.items()) if len(a.processes) >= 2]
+    if not lined:
+        return ""
+    e = html.escape
+    items = "".join(f"<li>step {step}: {e(summary.answer(step) or '')}</li>" for step, _ in lined[:200])
+    return ("<h2 id=waited>Who the others waited for</h2><p class=hint>The processes of each step lined up on one "
+            "clock (the step timelines' entries and the traces' collectives): the straggler, the segment where its "
+            f"lag accrued, and the others' waits (docs/analysis.md).</p><ul class=answers>{items}</ul>")
 
 
 def _heatmap(summary: Summary) -> str:
@@ -314,16 +337,23 @@ def _heatmap(summary: Summary) -> str:
             if t is None:
                 cells.append(f'<td class=none data-step="{step}">-</td>')
                 continue
-            rel = t / phase.median_s if phase.median_s > 0 else 1.0
+            others = [v for k, v in phase.per_process.items() if k != who]
+            base = statistics.median(others) if others else t
+            rel = t / base if base > 0 else 1.0
             alpha = max(0.05, min(0.85, 0.25 + (rel - 1.0) * 1.2))
             star = phase.straggler == who
             cells.append(f'<td class="cell{" straggler" if star else ""}" data-process="{e(who)}" '
                          f'data-role="{e(role)}" data-step="{step}" style="background:rgba(190,0,50,{alpha:.2f})" '
                          f'title="{e(who)} · step {step} · {e(role)}: {_secs(t)}, {rel:.2f}&times; the median '
-                         f'of the step">{_secs(t)}{" ★" if star else ""}</td>')
+                         f'of the other processes{_waited(phase, who)}">{_secs(t)}{" ★" if star else ""}</td>')
         out.append(f"<tr><th>{e(who)}</th>{''.join(cells)}</tr>")
     out.append("</tbody></table></div>")
     return "".join(out)
+
+
+def _waited(phase: RoleStep, who: str) -> str:
+    wait = phase.wait.get(who, 0.0) if isinstance(getattr(phase, "wait", None), dict) else 0.0
+    return f"; of which {_secs(wait)} waiting for the others" if wait > 0 else ""
 
 
 def _role_ops(summary: Summary, palette: dict[str, str]) -> str:

@@ -15,8 +15,15 @@ Definitions (also in ``docs/analysis.md``):
   (host waits, sleeps, Python between operators).
 - The *time of a role in a step* is the maximum over processes (ranks run a role together and
   the slowest sets the pace); its *share* is that time over the sum of every role's time.
-- A *straggler* is the process whose time exceeds the median over processes by more than
-  the straggler ratio (default 1.2: 20 % slower than the median), with at least 2 processes.
+- The processes of each step are lined up on one clock (:mod:`profctx.analysis._align`): the step
+  timelines' entries and exits (else the traces' ranges) and the collectives the traces record. A
+  role's time on a process splits into *wait* (for the others, in a collective or a segment they left
+  together) and *work*. The *straggler* of a step is the process whose lag the others waited for, named
+  in the role (or the time before the step) where it accrued: its work there over the median of the
+  *other* processes' exceeds the straggler ratio (default 1.2), by at least 10 ms. A role's *ratio* is
+  its largest work over the median of the other processes' work in it. Without anything to line the
+  processes up by, the straggler of a role is the process whose time there exceeds the other processes'
+  median by the ratio.
 - An operator's *self time* excludes the operators nested in it; per role it is summed over
   processes and steps. An operator on a thread that draws no role of its own (gloo's, autograd's)
   counts in the role of another thread of its process that alone holds its start.
@@ -33,7 +40,7 @@ import os
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Final
@@ -50,6 +57,7 @@ from ..manifest import (
 )
 from ..records._job import of_records
 from ..util._untrusted import Budget, UnsafeFileError, files_under, resolve
+from . import _align
 from ._parallel import Prefetched, jobs_for
 from ._trace import TraceFigures, read_figures
 from ._tracejson import is_trace_file
@@ -107,6 +115,12 @@ class CaptureSummary:
     #: Where role times come from: ``"ranges"`` (profctx's listed ranges), ``"user ranges"`` (a trace
     #: that lists none: its outermost user ranges), ``"capture"`` (the capture's start to stop).
     time_from: str = "ranges"
+    #: ``step -> (start, end, {role: (first entry, last exit)}, collectives)`` on the trace's wall clock
+    #: (Unix seconds): what :mod:`profctx.analysis._align` lines up; empty for a trace without step markers.
+    lanes: dict[int, tuple[float, float, dict[str, tuple[float, float]], list[_align.Collective]]] = \
+        field(default_factory=dict)
+    #: ``(step, parent role, nested role) -> seconds``: the listed roles drawn inside another role.
+    nested: dict[tuple[int, str, str], float] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
@@ -150,17 +164,32 @@ class RoleStep:
     #: Seconds of device work launched in the role on the slowest process (``None``: its traces hold no
     #: device event).
     device_s: float | None = None
+    #: Per process, the seconds of its time in the role spent waiting for the others (empty: not lined up).
+    wait: dict[str, float] = field(default_factory=dict)
+    #: The largest work (time less wait) over processes, and the median of the other processes' work.
+    work_s: float = 0.0
+    others_s: float = 0.0
+    #: The lag the straggler accrued in the role (``None``: no straggler named here by the alignment).
+    lag_s: float | None = None
+    #: ``{nested role: seconds}``: the listed roles drawn inside this one, on the slowest process.
+    nested: dict[str, float] = field(default_factory=dict)
 
     @property
     def ratio(self) -> float:
-        """Max over median (1.0 with one process)."""
-        return self.time_s / self.median_s if self.median_s > 0 else 1.0
+        """The largest work over the median of the other processes' work (1.0 with one process)."""
+        return self.work_s / self.others_s if self.others_s > 0 else 1.0
+
+    @property
+    def wait_s(self) -> float:
+        """The longest wait of a process in the role (0 when nothing waited or nothing was lined up)."""
+        return max(self.wait.values(), default=0.0)
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON form."""
         return {"step": self.step, "role": self.role, "time_s": self.time_s, "median_s": self.median_s,
                 "share": self.share, "ratio": self.ratio, "straggler": self.straggler, "no_op_s": self.no_op_s,
-                "device_s": self.device_s, "per_process": self.per_process}
+                "device_s": self.device_s, "per_process": self.per_process, "work_s": self.work_s,
+                "others_work_s": self.others_s, "wait_s": self.wait, "lag_s": self.lag_s, "nested": self.nested}
 
 
 @dataclass
@@ -187,6 +216,14 @@ class Summary:
     role_device: dict[str, float] = field(default_factory=dict)
     #: The processes the run's records expect (``rank R of W``, selected ranks) and that have no record here.
     missing: list[str] = field(default_factory=list)
+    #: ``{step: alignment}``: the processes of each step lined up (see :mod:`profctx.analysis._align`).
+    alignment: dict[int, _align.StepAlignment] = field(default_factory=dict)
+    clocks: _align.Clocks | None = None
+
+    def answer(self, step: int) -> str | None:
+        """Return who the others waited for in ``step``, as one line (``None``: the step was not lined up)."""
+        found = self.alignment.get(step)
+        return None if found is None else _align.answer(found)
 
     def phase(self, step: int, role: str) -> RoleStep | None:
         """Return the figures of ``role`` in ``step``, or ``None``."""
@@ -202,6 +239,20 @@ class Summary:
     def trend(self, role: str) -> list[tuple[int, float]]:
         """Return ``(step, time_s)`` of ``role`` for each step, in step order."""
         return [(p.step, p.time_s) for p in sorted(self.phases, key=lambda p: p.step) if p.role == role]
+
+    def role_wait(self, role: str) -> float:
+        """Return the mean over steps of the longest wait of a process for the others in ``role`` (0 when absent)."""
+        values = [p.wait_s for p in self.phases if p.role == role]
+        return sum(values) / len(values) if values else 0.0
+
+    def nested_time(self, role: str) -> dict[str, float]:
+        """Return each role drawn inside ``role``: its mean time per step of ``role`` (slowest process)."""
+        found = [p for p in self.phases if p.role == role]
+        out: dict[str, float] = {}
+        for p in found:
+            for child, seconds in p.nested.items():
+                out[child] = out.get(child, 0.0) + seconds / len(found)
+        return out
 
     def role_time(self, role: str) -> float:
         """Return the mean over steps of the role's time (0 when absent)."""
@@ -223,6 +274,8 @@ class Summary:
             "overhead_s": {str(k): v for k, v in self.overhead.items()},
             "phases": [p.to_json() for p in self.phases],
             "stragglers": [p.to_json() for p in self.stragglers()],
+            "alignment": [{**a.to_json(), "answer": _align.answer(a)} for _, a in sorted(self.alignment.items())],
+            "clocks": None if self.clocks is None else self.clocks.to_json(),
             "trend": {role: [{"step": s, "time_s": t} for s, t in self.trend(role)] for role in self.roles},
             "role_ops": {role: [o.to_json() for o in ops] for role, ops in self.role_ops.items()},
             "role_device_s": self.role_device,
@@ -434,6 +487,7 @@ def _capture(root: Path, record: CaptureRecord, files: Sequence[str], top: int,
     has_device = False
     listed = False
     problems = []
+    placed: list[TraceFigures] = []  # the traces with a time origin: what the alignment lines up
     for rel in files:
         try:
             # A run folder is untrusted: nothing outside it is read.
@@ -472,6 +526,8 @@ def _capture(root: Path, record: CaptureRecord, files: Sequence[str], top: int,
         if figures.device:
             has_device = True
         device_us += figures.device_us
+        if figures.base_s is not None:
+            placed.append(figures)
     wall = record.duration_s if record.duration_s is not None else (span / 1e6 if span else None)
     single = record.steps[0] if len(record.steps) == 1 else None
     own = record.role.rsplit("/", 1)[-1] if record.role else None
@@ -525,13 +581,61 @@ def _capture(root: Path, record: CaptureRecord, files: Sequence[str], top: int,
         for pair in role_steps:  # a role that launched nothing ran no device work
             if wanted is None or pair[0] in wanted:
                 role_device.setdefault(pair, 0.0)
+    lanes, nested = _placed(placed, single, rename, wanted)
     return CaptureSummary(
+        lanes=lanes, nested=nested,
         record=record, wall_s=wall, roles=dict(roles), ops=_top(by_name, top),
         device_s=device_us / 1e6 if has_device else None,
         device_ops=_top({k: [v[0], v[0], v[1]] for k, v in device.items()}, top),
         files=list(files), problems=problems, role_table=role_table, role_steps=role_steps,
         overhead_s=overhead, time_from=time_from, role_device=role_device,
     )
+
+
+def _placed(traces: Sequence[TraceFigures], single: int | None, rename: dict[str, str], wanted: set[int] | None) \
+        -> tuple[dict[int, tuple[float, float, dict[str, tuple[float, float]], list[_align.Collective]]],
+                 dict[tuple[int, str, str], float]]:
+    """Return a capture's lanes per step (wall clock, seconds) and its nested roles (see :class:`CaptureSummary`)."""
+    lanes: dict[int, tuple[float, float, dict[str, tuple[float, float]], list[_align.Collective]]] = {}
+    nested: dict[tuple[int, str, str], float] = {}
+    for figures in traces:
+        base = figures.base_s or 0.0
+        bounds: dict[int, list[float]] = {}
+        for step, start, end in figures.step_spans:
+            slot = bounds.setdefault(step, [start, end])
+            slot[0], slot[1] = min(slot[0], start), max(slot[1], end)
+        roles: dict[int, dict[str, list[float]]] = {}
+        for at, name, start, end in figures.role_spans:
+            placed_at = single if at is None else at
+            if placed_at is None:
+                continue
+            step = placed_at
+            slot = roles.setdefault(step, {}).setdefault(rename.get(name, name), [start, end])
+            slot[0], slot[1] = min(slot[0], start), max(slot[1], end)
+            whole = bounds.setdefault(step, [start, end])
+            whole[0], whole[1] = min(whole[0], start), max(whole[1], end)
+        for step, (start, end) in bounds.items():
+            if wanted is not None and step not in wanted:
+                continue
+            spans = {n: (base + a / 1e6, base + b / 1e6) for n, (a, b) in roles.get(step, {}).items()}
+            found = [_align.Collective(name, base + a / 1e6, base + b / 1e6, rename.get(role, role) if role else None)
+                     for at, role, name, a, b in figures.collectives if (single if at is None else at) == step]
+            before = lanes.get(step)
+            if before is not None:  # several traces of one step on one process (role mode): one lane
+                spans = {**before[2], **spans}
+                found = sorted([*before[3], *found], key=lambda c: c.start)
+                lanes[step] = (min(before[0], base + start / 1e6), max(before[1], base + end / 1e6), spans, found)
+            else:
+                lanes[step] = (base + start / 1e6, base + end / 1e6, spans, found)
+        if figures.listed:
+            drawn = set(figures.listed)
+            for (at, role, name), (_s, total, _c) in figures.ops.items():
+                in_step = single if at is None else at
+                if role is None or name not in drawn or name == role or in_step is None:
+                    continue
+                key = (in_step, rename.get(role, role), name)
+                nested[key] = nested.get(key, 0.0) + total / 1e6
+    return lanes, nested
 
 
 def _by_step(item: tuple[tuple[int | None, str], float]) -> tuple[bool, int, str]:
@@ -587,15 +691,34 @@ def _assemble(root: Path, run: str | None, captures: list[CaptureSummary], engin
         if len(r.steps) == 1 and item.overhead_s is not None and (wanted is None or r.steps[0] in wanted):
             cell = lost[r.steps[0]]
             cell[who] = cell.get(who, 0.0) + item.overhead_s
+    alignment, clock = _alignment(root, run, captures, names, ratio)
+    nested: dict[tuple[int, str], dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+    for item in captures:
+        if item.record.status == "ok":
+            for (step, parent, child), seconds in item.nested.items():
+                cell = nested[(step, parent)][child]
+                cell[item.process] = cell.get(item.process, 0.0) + seconds
     phases: list[RoleStep] = []
     for (step, role), cells in sorted(per.items()):
         values = list(cells.values())
         worst = max(cells, key=lambda k: cells[k])
         median = statistics.median(values)
         phase = RoleStep(step, role, dict(cells), cells[worst], median, no_op_s=idle[(step, role)].get(worst),
-                         device_s=device.get((step, role), {}).get(worst))
-        if len(values) >= 2 and median > 0 and cells[worst] / median > ratio:
-            phase.straggler = worst
+                         device_s=device.get((step, role), {}).get(worst),
+                         nested={child: by.get(worst, 0.0) for child, by in nested.get((step, role), {}).items()})
+        lined = alignment.get(step)
+        if lined is not None and len(lined.processes) >= 2:
+            phase.wait = {who: min(lined.wait(who, role), t) for who, t in cells.items()}
+        work = {who: t - phase.wait.get(who, 0.0) for who, t in cells.items()}
+        busiest = max(work, key=lambda k: work[k])
+        phase.work_s = work[busiest]
+        phase.others_s = statistics.median([v for k, v in work.items() if k != busiest]) if len(work) >= 2 else 0.0
+        if lined is not None and len(lined.processes) >= 2:
+            named = lined.straggler
+            if named is not None and named.segment == role:
+                phase.straggler, phase.lag_s = named.process, named.lag_s
+        elif len(values) >= 2 and phase.others_s > 0 and phase.ratio > ratio:
+            phase.straggler = busiest  # nothing to line the processes up by: the time over the others'
         phases.append(phase)
     by_step: dict[int, float] = defaultdict(float)
     for p in phases:
@@ -613,5 +736,73 @@ def _assemble(root: Path, run: str | None, captures: list[CaptureSummary], engin
         role_ops={role: _top(dict(table), top) for role, table in role_ops.items()},
         engines=engines, straggler_ratio=ratio, problems=problems,
         overhead={step: max(cells.values()) for step, cells in sorted(lost.items())},
-        role_device=dict(role_device),
+        role_device=dict(role_device), alignment=alignment, clocks=clock,
     )
+
+
+def _alignment(root: Path, run: str | None, captures: Sequence[CaptureSummary], names: dict[tuple[str, ...], str],
+               ratio: float) -> tuple[dict[int, _align.StepAlignment], _align.Clocks | None]:
+    """Line up the processes of every captured step: the timelines' entries where every process of the step has
+    one (they hold the time before the step), else the traces' ranges; the traces' collectives either way."""
+    traced: dict[int, dict[str, list[Any]]] = defaultdict(dict)
+    where: dict[str, tuple[str | None, int | None]] = {}
+    for item in captures:
+        r = item.record
+        if r.status != "ok" or not item.lanes:
+            continue
+        where[item.process] = (r.host, r.pid)
+        for step, (start, end, spans, found) in item.lanes.items():
+            slot = traced[step].get(item.process)
+            if slot is None:
+                traced[step][item.process] = [start, end, dict(spans), list(found), r.host or "?"]
+            else:
+                slot[0], slot[1] = min(slot[0], start), max(slot[1], end)
+                slot[2].update(spans)
+                slot[3] = sorted([*slot[3], *found], key=lambda c: c.start)
+    if not traced:
+        return {}, None
+    timed = _timeline_lanes(root, run, where) if any(len(v) >= 2 for v in traced.values()) else {}
+    steps: dict[int, list[_align.Lane]] = {}
+    for step, by_who in traced.items():
+        mine = timed.get(step, {})
+        if all(who in mine for who in by_who):
+            steps[step] = [replace(mine[who], collectives=tuple(slot[3]),
+                                   roles=mine[who].roles or tuple((n, a, b) for n, (a, b) in slot[2].items()))
+                           for who, slot in by_who.items()]
+        else:
+            steps[step] = [_align.Lane(who, slot[4], slot[0], slot[1], None,
+                                       tuple((n, a, b) for n, (a, b) in slot[2].items()), tuple(slot[3]))
+                           for who, slot in by_who.items()]
+    for step, lanes in steps.items():
+        if any(lane.roles for lane in lanes):  # a process that draws no role (a driver waiting on its workers)
+            steps[step] = [lane for lane in lanes if lane.roles]  # has nothing to compare the roles by
+    rules = _align.Rules(ratio=ratio, share=0.0)
+    # Where the code synchronises is a fact of the whole run: the timelines' steps tell it better than the
+    # few captured ones (a capture's own start and stop also shifts its step).
+    every = {step: list(by_who.values()) for step, by_who in timed.items() if len(by_who) >= 2}
+    clock = _align.clocks({**every, **steps}) if every else _align.clocks(steps)
+    sync = _align.sync_points(every, clock, rules) if len(every) >= _align.SYNC_STEPS else None
+    return _align.align_steps(steps, clock, rules, sync), clock
+
+
+def _timeline_lanes(root: Path, run: str | None, where: dict[str, tuple[str | None, int | None]]) \
+        -> dict[int, dict[str, _align.Lane]]:
+    """Return the timelines' lanes of the processes ``where`` (row name -> host and pid), named as the summary names
+    them; empty when the folder holds no timeline of them."""
+    from ._timeline import lanes, read
+
+    timelines = read(root, run if run is not None else "latest")
+    rename: dict[str, str] = {}
+    for process in timelines.processes:
+        for who, (host, pid) in where.items():
+            if process.host == host and process.pid == pid:
+                rename[process.name] = who
+    if not rename:
+        return {}
+    out: dict[int, dict[str, _align.Lane]] = {}
+    for step, found in lanes(timelines).items():
+        for lane in found:
+            named = rename.get(lane.process)
+            if named is not None:
+                out.setdefault(step, {})[named] = replace(lane, process=named)
+    return out

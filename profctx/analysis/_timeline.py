@@ -30,14 +30,15 @@ from typing import Any, Final
 from ..core._layout import MANIFEST_DIR
 from ..util._units import seconds_text as _secs
 from ..util._untrusted import UnsafeFileError, inside, open_regular, too_deep
+from . import _align
 
 #: How a timeline file's name ends (see :mod:`profctx.process._timeline`).
 SUFFIX: Final = ".timeline"
 SCHEMA: Final = "profctx.timeline"
 #: Version of the JSON document :func:`to_json` returns.
 VERSION: Final = 1
-#: Highest line-format version read; newer lines are skipped.
-LINE_VERSION: Final = 1
+#: Highest line-format version read; newer lines are skipped (2 adds each role's first entry and last exit).
+LINE_VERSION: Final = 2
 #: A line longer than this is skipped unread (a step line is about 100 bytes, plus 40 per role).
 MAX_LINE: Final = 1 << 20
 #: Bytes read at most over all timeline files of a folder.
@@ -54,11 +55,16 @@ MIN_S: Final = 0.001
 
 @dataclass
 class StepTime:
-    """One step of one process: its wall time and its top-level roles' (name -> (seconds, blocks))."""
+    """One step of one process: its wall time and its top-level roles' (name -> (seconds, blocks)).
+
+    ``start``: the step's entry on the process's wall clock (Unix seconds); ``spans``: each role's first
+    entry and last exit, in seconds from the step's entry (empty in a timeline written before they were kept).
+    """
 
     time_s: float
     start: float | None
     roles: dict[str, tuple[float, int]]
+    spans: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -193,20 +199,24 @@ def read(save_path: str | os.PathLike[str], run: str | None = "latest") -> Timel
                 bad.append(number)
                 continue
             roles: dict[str, tuple[float, int]] = {}
+            spans: dict[str, tuple[float, float]] = {}
             raw = record.get("roles")
             broken = False
             if isinstance(raw, dict):
                 for name, value in list(raw.items())[:256]:
-                    if isinstance(value, list) and len(value) == 2 and type(value[1]) is int:
+                    if isinstance(value, list) and len(value) in (2, 4) and type(value[1]) is int:
                         spent = _number(value[0])
                         if spent is not None and spent >= 0:
                             roles[str(name)[:200]] = (spent, value[1])
+                            first, last = (_number(v) for v in value[2:4]) if len(value) == 4 else (None, None)
+                            if first is not None and last is not None and 0 <= first <= last <= seconds + 1e-6:
+                                spans[str(name)[:200]] = (first, last)
                         elif type(value[0]) in (int, float):  # NaN, an infinity, a negative time: damage
                             broken = True
             if broken:
                 bad.append(number)
                 continue
-            process.steps[step] = StepTime(seconds, _number(record.get("start")), roles)
+            process.steps[step] = StepTime(seconds, _number(record.get("start")), roles, spans)
         if bad:
             shown = ", ".join(map(str, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
             damaged.append(f"{path.name}: {len(bad)} unreadable line(s) skipped (line {shown})")
@@ -259,11 +269,20 @@ class Anomaly:
 
 @dataclass
 class Straggler:
-    """A process slower than ``ratio`` times the median of the other processes in a step."""
+    """The process the others waited for in a step (see :mod:`profctx.analysis._align`).
+
+    ``time_s``: its step time; ``ratio``: its work in ``segment`` over the median of the other processes'
+    (``None`` when theirs is 0); ``lag_s``: the lag it accrued there; ``answer``: the line a user reads.
+    From a timeline that records no role entries (written before they were kept): a process whose step
+    time exceeds ``ratio`` times the median of the others', ``segment`` ``None``.
+    """
 
     process: str
     time_s: float
-    ratio: float
+    ratio: float | None
+    segment: str | None = None
+    lag_s: float | None = None
+    answer: str = ""
 
 
 @dataclass
@@ -279,6 +298,8 @@ class StepRow:
     counts: dict[str, int]
     anomaly: Anomaly | None = None
     stragglers: list[Straggler] = field(default_factory=list)
+    #: The processes lined up on one clock (``None``: some process's timeline gives no entry times).
+    alignment: _align.StepAlignment | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return this row as JSON-safe values."""
@@ -289,7 +310,10 @@ class StepRow:
             "anomaly": None if self.anomaly is None else {"ratio": self.anomaly.ratio,
                                                           "baseline_s": self.anomaly.baseline_s,
                                                           "history": self.anomaly.history},
-            "stragglers": [{"process": s.process, "time_s": s.time_s, "ratio": s.ratio} for s in self.stragglers],
+            "stragglers": [{"process": s.process, "time_s": s.time_s, "ratio": s.ratio, "segment": s.segment,
+                            "lag_s": s.lag_s, "answer": s.answer} for s in self.stragglers],
+            "alignment": None if self.alignment is None else self.alignment.to_json(),
+            "answer": None if self.alignment is None else _align.answer(self.alignment),
         }
 
 
@@ -310,10 +334,14 @@ class Rules:
                         "min_s": self.min_s,
                         "rule": "median time over processes > factor x median of the previous `window` steps "
                                 "(at least `min_history` of them), by at least min_s"},
-            "straggler": {"ratio": self.straggler_ratio, "min_s": self.min_s,
-                          "rule": "a process's step time > ratio x median of the other processes' times, by at "
-                                  "least min_s"},
+            "straggler": {**self.align().to_json(),
+                          "fallback": "without role entries in a timeline: a process's step time > ratio x median "
+                                      "of the other processes' times, by at least min_s"},
         }
+
+    def align(self) -> _align.Rules:
+        """Return the alignment's rules: this straggler ratio, lags of at least ``min_s`` (5 ms at least)."""
+        return _align.Rules(ratio=self.straggler_ratio, min_s=max(self.min_s, _align.Rules().min_s))
 
 
 def anomalies(times: Sequence[float], rules: Rules) -> list[Anomaly | None]:
@@ -364,9 +392,48 @@ def rows(timelines: Timelines, rules: Rules = Rules()) -> list[StepRow]:
         row = StepRow(step, statistics.median(times.values()), times[slowest], slowest, times, roles, counts)
         row.stragglers = stragglers(times, rules)
         out.append(row)
+    _aligned(timelines, out, rules)
     for row, anomaly in zip(out, anomalies([r.time_s for r in out], rules), strict=True):
         row.anomaly = anomaly
     return out
+
+
+def lanes(timelines: Timelines) -> dict[int, list[_align.Lane]]:
+    """Return each step's processes as :class:`profctx.analysis._align.Lane` (steps some process gives no
+    entry time of are left out)."""
+    out: dict[int, list[_align.Lane]] = {}
+    for process in timelines.processes:
+        before: float | None = None
+        for step in sorted(process.steps):
+            entry = process.steps[step]
+            if entry.start is None:
+                before = None
+                continue
+            end = entry.start + entry.time_s
+            spans = tuple((n, entry.start + a, entry.start + b) for n, (a, b) in entry.spans.items())
+            out.setdefault(step, []).append(_align.Lane(process.name, process.host, entry.start, end, before, spans))
+            before = end
+    return out
+
+
+def _aligned(timelines: Timelines, found: list[StepRow], rules: Rules) -> None:
+    """Line the processes up and name the stragglers from that, where every process gives entry times."""
+    by_step = lanes(timelines)
+    if not by_step or any(not p.steps or any(not e.spans and e.roles for e in p.steps.values())
+                          for p in timelines.processes):
+        return  # a timeline without role entries: the step-time rule stays
+    clock = _align.clocks(by_step)
+    rule = rules.align()
+    every = {step: here for step, here in by_step.items() if len(here) >= 2}
+    lined = _align.align_steps(every, clock, rule)
+    for row in found:
+        here = by_step.get(row.step, [])
+        if len(here) != len(row.times) or row.step not in lined:
+            continue
+        row.alignment = lined[row.step]
+        s = row.alignment.straggler
+        row.stragglers = [] if s is None else [
+            Straggler(s.process, row.times[s.process], s.ratio, s.segment, s.lag_s, _align.answer(row.alignment))]
 
 
 def role_order(found: Sequence[StepRow]) -> list[str]:
@@ -392,9 +459,15 @@ def to_json(timelines: Timelines, found: Sequence[StepRow], rules: Rules) -> dic
         "steps": [row.to_json() for row in found],
         "anomalies": [row.step for row in found if row.anomaly is not None],
         "straggler_steps": [row.step for row in found if row.stragglers],
+        "clocks": _clocks_json(timelines),
         "damaged": timelines.damaged,
         "truncated": timelines.truncated,
     }
+
+
+def _clocks_json(timelines: Timelines) -> dict[str, Any] | None:
+    by_step = lanes(timelines)
+    return _align.clocks(by_step).to_json() if by_step else None
 
 
 # -- the HTML report's section ---------------------------------------------------------------------
@@ -420,7 +493,7 @@ def html_section(save_path: str | os.PathLike[str], run: str | None, rules: Rule
         if row.anomaly is not None:
             tip += f"; anomaly: {row.anomaly.ratio:.1f}x the median of the previous {row.anomaly.history} steps"
         if row.stragglers:
-            tip += "; stragglers: " + ", ".join(f"{s.process} {s.ratio:.1f}x" for s in row.stragglers[:5])
+            tip += "; " + _flags(row)
         bars.append(f'<rect x="{x:.1f}" y="{height - 20 - h:.1f}" width="{max(step_w - 1, 0.5):.1f}" '
                     f'height="{h:.1f}" fill="{colour}"><title>{e(tip)}</title></rect>')
     axis = (f'<text x="{left - 4}" y="{top + 8}" text-anchor=end font-size=10>{e(_secs(peak))}</text>'
@@ -447,7 +520,10 @@ def _flags(row: StepRow) -> str:
     if row.anomaly is not None:
         parts.append(f"anomaly: {row.anomaly.ratio:.1f}x the median of the {row.anomaly.history} steps before")
     for s in row.stragglers[:3]:
-        parts.append(f"straggler {s.process} {s.ratio:.1f}x")
+        if s.segment is not None:
+            parts.append(f"straggler {s.answer}")
+        else:
+            parts.append(f"straggler {s.process} {s.ratio:.1f}x" if s.ratio is not None else f"straggler {s.process}")
     if len(row.stragglers) > 3:
         parts.append(f"+{len(row.stragglers) - 3} stragglers")
     return "; ".join(parts)

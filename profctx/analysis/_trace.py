@@ -110,6 +110,15 @@ class TraceFigures:
     problem: str | None = None
     bad_times: int = 0
     identity: tuple[int, int] | None = None
+    #: For the cross-process alignment (:mod:`profctx.analysis._align`): the trace's time origin (Unix
+    #: seconds; add ``ts / 1e6``), each step marker's ``(step, start, end)``, each outermost role range's
+    #: ``(step, role, start, end)`` and each collective's ``(step, role, name, start, end)`` (microseconds,
+    #: as the trace gives them), and the role names profctx listed (a listed role inside a role: nested).
+    base_s: float | None = None
+    step_spans: list[tuple[int, float, float]] = field(default_factory=list)
+    role_spans: list[tuple[int | None, str, float, float]] = field(default_factory=list)
+    collectives: list[tuple[int | None, str | None, str, float, float]] = field(default_factory=list)
+    listed: tuple[str, ...] = ()
 
 
 class _Thread:
@@ -188,6 +197,8 @@ def _read(path: str | Path, root: str | Path | None, budget: Budget | None = Non
                 if key != EVENTS:
                     if key == RANGES_KEY and isinstance(batch, dict) and isinstance(batch.get("roles"), list):
                         drawn = {str(n) for n in batch["roles"]}
+                    elif key == "baseTimeNanoseconds" and type(batch) is int:
+                        figures.base_s = batch / 1e9
                     continue
                 if stream.raw is None:  # values decoded one at a time are plain JSON values
                     batch = [e for e in map(as_event, batch) if e is not None]
@@ -266,6 +277,8 @@ def _read(path: str | Path, root: str | Path | None, budget: Budget | None = Non
     if hi > lo:
         figures.span_us = hi - lo
     figures.marked = drawn is not None
+    figures.listed = tuple(sorted(drawn or ()))
+    figures.step_spans = [(step, start, end) for start, end, step in marks]
     by_index = list(names)
     kinds = bytearray(_classify(n, drawn) for n in by_index)
     for start, end, step in marks:
@@ -307,6 +320,9 @@ def _nest_all(figures: TraceFigures, threads: dict[tuple[Any, Any], _Thread], na
         ops, roles = results[place]
         _add(figures.ops, ops)
         _add(figures.roles, roles)
+    figures.role_spans = [(step, names[name], start, end) for spans in spans_of.values()
+                          for start, end, step, name in spans]
+    figures.collectives = collectives(threads, names, lenders)
     if not device.ids:
         return
     launched: dict[int, tuple[int | None, str | None]] = {}
@@ -326,6 +342,37 @@ def _nest_all(figures: TraceFigures, threads: dict[tuple[Any, Any], _Thread], na
     table = figures.role_device
     for key, dur in zip(map(launched.get, device.ids, repeat(unknown)), device.dur, strict=True):
         table[key] = table.get(key, 0.0) + dur
+
+
+def collectives(threads: dict[tuple[Any, Any], _Thread], names: list[str],
+                lenders: dict[Any, _Cover]) -> list[tuple[int | None, str | None, str, float, float]]:
+    """Return the collectives of the trace: ``(step, role, name, start, end)``, each in the role of its process
+    that holds its start (see the module's docstring), in time order.
+
+    Only gloo's own ranges (``gloo:all_reduce``, on gloo's thread: from the call to the end of the transfer)
+    say how long a process waited. c10d's operators (``c10d::allreduce_``) and NCCL's host-side ranges only
+    enqueue the work (NCCL waits on the device): they are left out, and the wait is read from the timeline."""
+    chosen = [i for i, n in enumerate(names) if n.startswith(COLLECTIVE_RANGES)]
+    if not chosen:
+        return []
+    wanted = frozenset(chosen)
+    found: list[tuple[int | None, str | None, str, float, float]] = []
+    for (pid, _), thread in threads.items():
+        picked = list(compress(range(len(thread.name)), map(wanted.__contains__, thread.name)))
+        if not picked:
+            continue
+        cover = lenders.get(pid, _NOWHERE)
+        for i in picked:
+            ts = thread.ts[i]
+            code = cover.code(ts) if cover.spans else -1
+            step, role = (cover.spans[code][2], names[cover.spans[code][3]]) if code >= 0 else (None, None)
+            found.append((step, role, names[thread.name[i]], ts, ts + thread.dur[i]))
+    found.sort(key=lambda c: c[3])
+    return found
+
+
+#: Names of the collectives' own ranges that last until the transfer ends (gloo's thread runs each to its end).
+COLLECTIVE_RANGES: Final = ("gloo:",)
 
 
 def _step_of(steps: _Cover, marks: list[tuple[float, float, int]], ts: float) -> int | None:

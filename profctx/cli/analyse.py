@@ -76,7 +76,8 @@ def _common_flags(parser: argparse.ArgumentParser) -> None:
                         help="only processes of worker group NAME ('driver': those outside every group; repeatable)")
     parser.add_argument("--json", action="store_true", help="print the JSON document instead of tables")
     parser.add_argument("--straggler-ratio", type=float, default=1.2, metavar="R",
-                        help="name a straggler when max/median over processes exceeds R (default 1.2)")
+                        help="name a straggler when its work in a role (or before the step) exceeds R times the "
+                             "median of the other processes' (default 1.2)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="show a progress bar while traces are read (default: when stderr is a terminal)")
     parser.add_argument("--jobs", type=jobs_option, metavar="N",
@@ -181,15 +182,26 @@ def render_summary(result: Summary, style: Style) -> str:
         out.append("no completed captures with a single step: nothing to break down")
     rows = []
     device = any(p.device_s is not None for p in result.phases)  # a column only where traces hold device events
-    for p in sorted(result.phases, key=lambda p: (p.step, -p.time_s)):
+    waits = any(p.wait_s > 0 for p in result.phases)  # a column only where a process waited for the others
+    for p in sorted(result.phases, key=lambda p: (p.step, -p.work_s, -p.time_s)):  # the largest work first
         rows.append([str(p.step), p.role, seconds(p.time_s), f"{p.share:.0%}", seconds(p.no_op_s),
-                     *([seconds(p.device_s)] if device else []), seconds(p.median_s), f"{p.ratio:.2f}",
-                     p.straggler or ""])
+                     *([seconds(p.device_s)] if device else []), *([seconds(p.wait_s)] if waits else []),
+                     seconds(p.median_s), f"{p.ratio:.2f}", p.straggler or ""])
+        for child, spent in sorted(p.nested.items(), key=lambda kv: -kv[1]):
+            rows.append(["", f"  {child}", seconds(spent), "", "", *([""] if device else []), *([""] if waits else []),
+                         "", "", ""])
+        if p.nested:
+            rest = max(p.time_s - sum(p.nested.values()), 0.0)
+            rows.append(["", f"  (rest of {p.role})", seconds(rest), "", "", *([""] if device else []),
+                         *([""] if waits else []), "", "", ""])
     if rows:
-        heads = ["STEP", "ROLE", "TIME", "SHARE", "NO-OP", *(["DEVICE"] if device else []), "MEDIAN", "MAX/MED",
-                 "STRAGGLER"]
+        heads = ["STEP", "ROLE", "TIME", "SHARE", "NO-OP", *(["DEVICE"] if device else []),
+                 *(["WAIT"] if waits else []), "MEDIAN", "MAX/MED", "STRAGGLER"]
         out += ["", style("Phases (time: slowest process, its range; share of the step; no-op: its time in no "
-                          "operator" + ("; device: kernels and copies it launched" if device else "") + ")", "bold"),
+                          "operator" + ("; device: kernels and copies it launched" if device else "")
+                          + ("; wait: the longest a process waited there for the others" if waits else "")
+                          + "; max/med: the largest work (time less wait) over the other processes' median; "
+                          "nested roles indented under their parent)", "bold"),
                 table(heads, rows, right=set(range(len(heads) - 1)) - {1})]
     if result.overhead:
         out.append("profiler start/stop, not in any role (slowest process): "
@@ -219,6 +231,12 @@ def render_summary(result: Summary, style: Style) -> str:
         out += ["", style(f"{len(empty)} capture(s) hold no operator: "
                           + ", ".join(f"step {c.record.step} {c.record.role or 'step'} {c.process or c.record.who}"
                                       for c in empty[:5]), "yellow")]
+    answers = [(step, a) for step, a in sorted(result.alignment.items()) if len(a.processes) >= 2]
+    if answers:
+        out += ["", style("Who the others waited for (the processes lined up on one clock)", "bold")]
+        out += [f"step {step}: {result.answer(step)}" for step, _ in answers[:20]]
+        if len(answers) > 20:
+            out.append(f"... and {len(answers) - 20} more steps (--json lists them all)")
     for problem in result.problems[:10]:
         out.append(style(f"problem: {problem}", "red"))
     return "\n".join(out)
@@ -255,8 +273,21 @@ def _steps(folder: str, run: str, args: argparse.Namespace) -> list[int]:
 def render_diff(result: Diff, style: Style) -> str:
     """Return the diff as terminal tables: roles by absolute delta, then each role's operators."""
     out = [style(f"A: {result.a_label}    B: {result.b_label}", "bold"), ""]
-    rows = [[r.role, seconds(r.a_s), seconds(r.b_s), _signed(r.delta_s), _pct(r.change)] for r in result.roles]
-    out.append(table(["ROLE", "A", "B", "DELTA", "CHANGE"], rows, right={1, 2, 3, 4}))
+    waits = any(r.a_wait_s > 0 or r.b_wait_s > 0 for r in result.roles)
+    rows = []
+    for r in result.roles:
+        rows.append([r.role, seconds(r.a_s), seconds(r.b_s), _signed(r.delta_s), _pct(r.change),
+                     *([seconds(r.a_wait_s), seconds(r.b_wait_s)] if waits else [])])
+        for n in r.nested:
+            rows.append([f"  {n.role}", seconds(n.a_s), seconds(n.b_s), _signed(n.delta_s), _pct(n.change),
+                         *(["", ""] if waits else [])])
+    out.append(table(["ROLE", "A", "B", "DELTA", "CHANGE", *(["WAIT A", "WAIT B"] if waits else [])], rows,
+                     right={1, 2, 3, 4, 5, 6}))
+    if waits:
+        out.append("(wait: the longest a process waited there for the others, mean per step: not the role's work)")
+    for label, named in (("A", result.a_stragglers), ("B", result.b_stragglers)):
+        for step, line in list(named.items())[:5]:
+            out.append(f"{label} step {step}: {line}")
     for role in result.roles:
         if not role.ops:
             continue

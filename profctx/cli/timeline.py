@@ -40,8 +40,11 @@ def register(subparsers: Any) -> None:
                     "default) and print one row per step: its time (median over processes), the slowest process "
                     "and its time, each top-level role's time (median over processes), and the marks. A step is "
                     "an ANOMALY when its time exceeds --factor times the median of the --window steps before it "
-                    f"(at least {MIN_HISTORY}); a process STRAGGLES when its step time exceeds --straggler-ratio "
-                    "times the median of the other processes; differences under --min-ms are never marked. "
+                    f"(at least {MIN_HISTORY}). The processes are lined up on one clock: the STRAGGLER of a step is "
+                    "the process the others waited for, named with the segment (a role, or the time before the "
+                    "step) where its lag accrued, when its work there exceeds --straggler-ratio times the median "
+                    "of the other processes' (waiting is not work); lags under --min-ms (10 ms at least) or a "
+                    "tenth of the step are never marked. "
                     "--json prints the versioned 'profctx.timeline' document. Exit code 1 when the folder holds "
                     "no timeline.",
     )
@@ -57,7 +60,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--window", type=int, default=ANOMALY_WINDOW, metavar="N",
                         help=f"anomaly: how many previous steps the median is taken over (default {ANOMALY_WINDOW})")
     parser.add_argument("--straggler-ratio", type=float, default=STRAGGLER_RATIO, metavar="R",
-                        help="straggler: a process over R times the median of the other processes (default "
+                        help="straggler: a process whose work in a segment is over R times the median of the other "
+                             "processes' (default "
                              f"{STRAGGLER_RATIO:g})")
     parser.add_argument("--min-ms", type=float, default=1.0, metavar="MS",
                         help="never mark a difference under MS milliseconds (default 1)")
@@ -145,13 +149,15 @@ def render(run_id: str, processes: list[str], found: list[StepRow], max_rows: in
             f"{sum(1 for r in found if r.stragglers)} with stragglers")
     out = [style(head, "bold")]
     headers = ["STEP", "TIME", "MAX", "SLOWEST", *shown, *(["(other roles)"] if rest else []), "MARKS"]
-    binned = max_rows and len(found) > max_rows
+    binned = bool(max_rows and len(found) > max_rows)
     size = -(-len(found) // max_rows) if binned else 1
     lines = []
     for i in range(0, len(found), size):
         group = found[i:i + size]
         lines.append(_cells(group, shown, rest))
     out.append(table(headers, lines, right=set(range(1, len(headers) - 1)) - {3}))
+    if any(r.stragglers and r.stragglers[0].segment in shown for r in found) and not binned:
+        out[0] += style(" (a role cell marked ! is the straggler's own time there; other cells are medians)", "dim")
     if binned:
         out.append(f"(bins of {size} steps: TIME is the median of the bin's steps, MAX the slowest process in the "
                    "bin, roles the median; --rows 0 shows every step, --steps A-B a range)")
@@ -188,6 +194,11 @@ def _cells(group: list[StepRow], shown: list[str], rest: list[str]) -> list[str]
                                       f"{straggling} with stragglers" if straggling else "") if x)
     cells = [label, seconds(time_s), seconds(max_s), slowest]
     cells += [seconds(role_times[n]) if n in role_times else "-" for n in shown]
+    lagged = group[0].stragglers[0] if len(group) == 1 and group[0].stragglers else None
+    if lagged is not None and lagged.segment in shown:  # the straggler's own time, not the median that hides it
+        own = group[0].alignment.processes[lagged.process] if group[0].alignment is not None else []
+        spent = sum(s.time_s for s in own if s.name == lagged.segment)
+        cells[4 + shown.index(lagged.segment)] = f"{seconds(spent)} !"
     if rest:
         other = sum(role_times.get(n, 0.0) for n in rest)
         cells.append(seconds(other) if other else "-")
