@@ -168,7 +168,7 @@ class ProfctxProfiler(Profiler):  # type: ignore[misc]
         self._in_batch = False
         #: Whether hooks are ignored (outside a batch, or in a step out of the window with no summary).
         self._quiet = True
-        #: Whether the open step can capture (roles are begun in profctx): the plan's answer at its begin.
+        #: Whether the open step marks roles in profctx (it can capture, or the timeline times them).
         self._live = False
         #: The roles open inside the batch, innermost last: (role, whether it began one in profctx).
         self._open: list[tuple[str, bool]] = []
@@ -266,7 +266,7 @@ class ProfctxProfiler(Profiler):  # type: ignore[misc]
             except Exception as exc:  # noqa: BLE001 - never breaks training (re-raised under on_error="raise")
                 _failed(exc)
             self._step = step
-            self._live = self.steps.live
+            self._live = self.steps.marks_roles
             if self.with_summary:
                 self._step_start = time.perf_counter()
         self._in_batch = True

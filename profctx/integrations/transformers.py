@@ -60,8 +60,8 @@ class ProfctxCallback(TrainerCallback):  # type: ignore[misc]
         self.optimizer_role = _role("optimizer_role", optimizer_role)
         #: The begin/end pairs this callback drives.
         self.steps = Steps()
-        #: Whether the open step can capture: the plan's answer when it began (the other events read
-        #: this rather than ask again; out of the window they return at once).
+        #: Whether the open step marks roles (it can capture, or the timeline times its phases): known when
+        #: it began (the other events read this rather than ask again; with nothing to do they return at once).
         self._live = False
 
     # -- the Trainer's events ------------------------------------------------------------------
@@ -83,7 +83,7 @@ class ProfctxCallback(TrainerCallback):  # type: ignore[misc]
         steps = self.steps
         try:
             steps.begin(state.global_step + 1)
-            live = self._live = steps.live
+            live = self._live = steps.marks_roles
             if live and self.micro_batch_role is not None:
                 steps.begin_role(self.micro_batch_role)
         except Exception as exc:  # noqa: BLE001 - never breaks training (re-raised under on_error="raise")
