@@ -82,7 +82,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     save = root / "profiles"
     stamps: dict[str, list[float]] = {"begin": [], "end": []}
     slow = Slow()
-    profctx.configure(steps=[2], mode="step", save_path=save, tool="noop", warmup=False, exit_hooks=False,
+    # The window after the slow step: the anomaly watch judges no step while a capture's files are being written.
+    profctx.configure(steps=[STEPS], mode="step", save_path=save, tool="noop", warmup=False, exit_hooks=False,
                       auto_capture={"factor": 10.0, "window": 3, "max_captures": 3, "role": "training_step"})
     try:
         trainer = _trainer(root / "out", ["tensorboard"], [Clock(stamps, "begin"), slow])
@@ -126,7 +127,7 @@ def test_step_times_are_the_trainers_own_step_events(run: dict[str, Any]) -> Non
 def test_a_slow_training_step_is_caught_by_auto_capture_through_the_callback(run: dict[str, Any]) -> None:
     records = read(run["save"])
     by_step = {r.steps: r for r in records}
-    assert (2,) in by_step  # the window
+    assert (STEPS,) in by_step  # the window
     caught = by_step.get((SLOW + 1,))
     assert caught is not None, [r.steps for r in records]
     assert caught.trigger is not None
