@@ -788,8 +788,8 @@ class Runtime:
         process's ``@profiled`` functions. Silent when nothing here is wrong: the rank is not
         selected, no step was ever marked, or (not ``final``) the window is not over yet.
         """
-        if not self.rank_selected() or (self.config.steps is None and self.ondemand is not None):
-            return None  # armed for requests, with no window of its own: capturing nothing is expected
+        if not self.rank_selected() or not self.config.steps:
+            return None  # no window of its own (the timeline alone, or armed for requests): nothing to say
         window = self.window
         last = self.owner.last_step
         over = final or (last is not None and bool(window.steps) and last > window.last)
