@@ -153,7 +153,7 @@ def test_a_second_steps_object_ends_the_first_ones_step() -> None:
     assert profctx.current() == profctx.Scope()
 
 
-@pytest.mark.parametrize("step", [-1, 1.5, True, "3", None])
+@pytest.mark.parametrize("step", [1.5, True, "3", None])
 def test_a_bad_step_is_refused(step: object) -> None:
     with pytest.raises(profctx.ConfigError, match="step"):
         profctx.Steps().begin(step)  # type: ignore[arg-type]

@@ -320,6 +320,14 @@ def hold(step: int, tags: dict[str, Any] | None = None) -> Held:
     return held
 
 
+def note_raised(session: Session, exc_type: type[BaseException]) -> None:
+    """Note in the record of the capture ``session`` opened that an exception left its block (no user code runs)."""
+    opened = session.opened
+    owned = opened.owned if opened is not None else None
+    if owned is not None and owned.raised is None:
+        owned.raised = f"the block was left by an exception: {exc_type.__name__}"
+
+
 def untime() -> None:
     """Note that a step the timeline timed has ended (``OWNER.timed`` loses one entry)."""
     timed = OWNER.timed
@@ -444,21 +452,18 @@ def check(step: Any, role: Any) -> int | None:
     """
     if role is not None and not isinstance(role, str):
         raise ConfigError("role", role, "a role is a string such as 'rollout'")
-    if step is None or (type(step) is int and step >= 0):
+    if step is None or type(step) is int:
         return step
     if isinstance(step, str):
-        raise ConfigError("step", step, f"a step is an integer >= 0; to name a role write profile_step(role={step!r})")
+        raise ConfigError("step", step, f"a step is an integer; to name a role write profile_step(role={step!r})")
     if isinstance(step, bool):
-        raise ConfigError("step", step, "a step is an integer >= 0, not a bool")
+        raise ConfigError("step", step, "a step is an integer, not a bool")
     try:
-        value = operator.index(step)
+        return operator.index(step)
     except TypeError:
         raise ConfigError(
-            "step", step, "a step is an integer >= 0 (int, numpy integer or 0-d integer tensor) or None"
+            "step", step, "a step is an integer (int, numpy integer or 0-d integer tensor) or None"
         ) from None
-    if value < 0:
-        raise ConfigError("step", step, "a step is an integer >= 0 or None")
-    return value
 
 
 @final
@@ -509,7 +514,7 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
             rt = owner.runtime
             parent = SCOPE.get()
             if step is not None:
-                if rt is not None and rt.watch is not None:
+                if rt is not None and rt.watch is not None and step >= 0:  # (a negative step: a warm-up or eval pass)
                     rt.watch(step)  # the anomaly watch (``auto_capture``): it may add this step to the window
                 # Runtime.opens_nothing(step, True), written out: busy_steps holds the window's steps, or
                 # every step while a stop is pending or a contiguous run waits for a step block to close it.
@@ -684,6 +689,8 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
                             owner.refresh()
         elif kind is Session:
             tokens, entered.tokens = entered.tokens, None  # type: ignore[union-attr]
+            if exc_type is not None:
+                note_raised(entered, exc_type)  # type: ignore[arg-type]
             entered.finish(tokens, in_flight=exc_type is not None)  # type: ignore[union-attr]
         else:
             raise RuntimeError("a profile_step object was exited without being entered")
@@ -743,4 +750,6 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
         self._entered = None
         assert isinstance(session, Session)
         tokens, session.tokens = session.tokens, None
+        if exc_type is not None:
+            note_raised(session, exc_type)
         await session.afinish(tokens, in_flight=exc_type is not None)

@@ -87,6 +87,7 @@ class Capture:
         "holder",
         "id",
         "key",
+        "raised",
         "ranges",
         "runtime",
         "seq",
@@ -109,6 +110,8 @@ class Capture:
         self.start_wall = 0.0
         self.spec: CaptureSpec | None = None
         self.ranges = 0
+        #: The exception that left the block this capture covers, as a note (``note_raised``), if any.
+        self.raised: str | None = None
         #: Thread id -> that thread's open ranges, innermost last.
         self.stacks: dict[int, list[Range]] = {}
 
@@ -325,6 +328,8 @@ class Capture:
         end = time.time() if end_wall is None else end_wall
         listed = file_entries(files, rt.save_path)
         all_notes = list(self.spec.notes if self.spec else ()) + list(notes or ())
+        if self.raised is not None:
+            all_notes.append(self.raised)
         self._record(
             "finished",
             status=status,

@@ -30,7 +30,8 @@ def profiled(fn: Any = None, /, *, role: str | None = None) -> Any:
 
     Works with and without parentheses on functions, methods, classmethods, staticmethods,
     coroutine functions, generators, async generators and other callables (builtins,
-    ``functools.partial``, ``operator.itemgetter``); keeps the signature. When this call
+    ``functools.partial``, ``operator.itemgetter``); keeps the signature. A class is refused
+    (``TypeError``): decorate its methods. When this call
     cannot capture, range or start an engine — no block of the process is inside an
     in-window step, the rank is not selected, or the role is filtered out — it goes
     straight to the function (the check is one C-level call) and the role is not set in
@@ -49,6 +50,10 @@ def profiled(fn: Any = None, /, *, role: str | None = None) -> Any:
 
 def _decorate(fn: Any, *, role: str | None) -> Any:
     target = fn.__func__ if isinstance(fn, (classmethod, staticmethod)) else fn
+    if isinstance(target, type):
+        raise TypeError(f"profiled: {target.__qualname__} is a class; @profiled on it would time only the "
+                        "construction of its instances: decorate the methods to profile instead (e.g. "
+                        "@profiled(role=...) on its __call__ or update method)")
     if not callable(target):
         raise TypeError(f"profiled: {fn!r} is not callable; decorate a function, method or other callable")
     if role is not None and (not isinstance(role, str) or not role.strip("/")):

@@ -9,7 +9,7 @@ from typing import Any, final
 from ..core._scope import ROOT, Scope, Unfrozen, merge_tags, role_parts
 from ..util._errors import ConfigError
 from ..util._log import warn_once
-from ._block import Session, check, untime
+from ._block import Session, check, note_raised, untime
 from ._capture import Capture
 from ._owner import OWNER
 from ._timeline import FLUSH_EVENTS
@@ -164,7 +164,7 @@ class Steps:
         if type(step) is not int or step < 0:
             checked = check(step, None)
             if checked is None:
-                raise ConfigError("step", step, "Steps.begin needs the step: an integer >= 0")
+                raise ConfigError("step", step, "Steps.begin needs the step: an integer")
             step = checked
         if self._top is not None:
             self._end_all(in_flight=True)
@@ -177,7 +177,7 @@ class Steps:
                 return
             held.release(in_flight=True)  # another Steps object's step, left open
         rt = owner.runtime
-        if rt is not None and rt.watch is not None:
+        if rt is not None and rt.watch is not None and step >= 0:  # (a negative step: a warm-up or eval pass)
             rt.watch(step)  # the anomaly watch (``auto_capture``): it may add this step to the window
         if owner.env_read and (rt is None or rt.opens_nothing(step, True)):  # nothing can open: name it only
             owner.last_step = step
@@ -273,6 +273,12 @@ class Steps:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if self._top is not None:
+            if exc_type is not None:
+                mark: Mark | None = self._top
+                while mark is not None:  # each open step and role capture notes the exception that left it
+                    if mark.session is not None:
+                        note_raised(mark.session, exc_type)
+                    mark = mark.parent
             self._end_all(in_flight=exc_type is not None)
 
     def __repr__(self) -> str:

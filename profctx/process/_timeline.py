@@ -238,6 +238,8 @@ class Timeline:
                     raw = operator.index(raw)  # a numpy or tensor step, as blocks take them
                 except TypeError:
                     continue
+            if raw < 0:  # a warm-up or evaluation pass: not a training step (its roles go with it)
+                continue
             seconds = end - start
             if totals is not None:
                 totals.add(raw, seconds, roles)
