@@ -136,9 +136,10 @@ def refusal(tool: str) -> str | None:
     """
     from ..backends import backend_class, check_config, resolve_tool
     from ..core._config import ProfilerConfig
+    from ..core._window import StepWindow
 
     try:
-        check_config(backend_class(resolve_tool(tool)), ProfilerConfig(steps=[1], tool=tool))
+        check_config(backend_class(resolve_tool(tool)), ProfilerConfig(steps=StepWindow.parse([1]), tool=tool))
     except ConfigError as exc:
         return str(exc)
     except Exception as exc:  # noqa: BLE001 - a backend whose check itself fails is refused too
