@@ -8,6 +8,7 @@ from .process._block import current, profile_step
 from .process._decorate import profiled
 from .process._engines import EngineView as _EngineView  # noqa: F401 - serves engines their view of the process
 from .process._hooks import on_capture, remove_on_capture
+from .process._last import RoleTime, StepTimes, last_step
 from .process._propagate import adopt, bind, extract, inject
 from .process._steps import Steps
 from .util._errors import ConfigError, ProfilingError
@@ -17,8 +18,10 @@ __all__ = [
     "EngineConfig",
     "ProfilerConfig",
     "ProfilingError",
+    "RoleTime",
     "Scope",
     "ScopedThreadPoolExecutor",
+    "StepTimes",
     "StepWindow",
     "Steps",
     "adopt",
@@ -32,6 +35,7 @@ __all__ = [
     "get_config",
     "inject",
     "is_configured",
+    "last_step",
     "on_capture",
     "profile_step",
     "profiled",

@@ -214,10 +214,18 @@ def test_a_pattern_holding_a_comma_is_refused(roles: object) -> None:
         profctx.configure(steps=[1], roles=roles)
 
 
-@pytest.mark.parametrize("steps", [[], (), range(0), set()])
-def test_enabled_with_no_steps_is_refused(steps: object) -> None:
+def test_enabled_with_no_steps_given_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="profiling is enabled, so give the steps"):
-        profctx.configure(steps=steps)
+        profctx.configure(save_path=tmp_path)
+
+
+@pytest.mark.parametrize("steps", [[], (), range(0), set()])
+def test_empty_steps_keep_the_timeline_alone_and_are_refused_with_nothing_to_keep(steps: object,
+                                                                                 tmp_path: Path) -> None:
+    config = profctx.configure(steps=steps, save_path=tmp_path)
+    assert config is not None and config.timeline_only and not config.active
+    with pytest.raises(ConfigError, match="steps=\\[\\] for the step timeline alone"):
+        profctx.configure(steps=steps, save_path=tmp_path, timeline=False)
 
 
 def test_disabled_with_no_steps_is_fine(tmp_path: Path) -> None:

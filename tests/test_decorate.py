@@ -104,7 +104,8 @@ def test_every_kind_captures_in_role_mode() -> None:
             assert Worker.helper(4) == "4:sm"
             assert Worker.make2() == "Worker:cm2"
         with profctx.profile_step(2):
-            assert plain(1) == 3  # outside the window: straight through
+            assert plain(1) == 4  # out of the window: the role is set (and timed for the timeline), no capture
+        assert plain(1) == 3  # outside any step: straight through
     assert [c.role for c in got] == ["plain", "gen", "coro", "agen", "actor_update", "Worker.default_role",
                                      "cm", "cm", "sm", "cm2"]
     assert all(c.steps == (1,) and c.status == "ok" for c in got)

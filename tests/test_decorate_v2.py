@@ -223,7 +223,7 @@ def test_method_called_normally_while_idle_returns_its_value_unprofiled() -> Non
     with capture(steps=[5]) as got:
         assert trainer.update([1, 2]) == (3, "")  # profctx configured but no step is running
         with profctx.profile_step(4):
-            assert trainer.update([1]) == (1, "")  # a step outside the window: still idle
+            assert trainer.update([1]) == (1, "actor_update")  # out of the window: named and timed, not captured
     assert trainer.updates == 2
     assert got == []
 

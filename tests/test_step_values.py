@@ -46,7 +46,7 @@ def test_a_role_written_where_the_step_goes_says_to_write_role() -> None:
     assert profctx.current() == profctx.Scope()
 
 
-@pytest.mark.parametrize("value", [True, 1.5, np.float64(2.0), -1, np.int64(-3), torch.tensor([1, 2]), object()])
+@pytest.mark.parametrize("value", [True, 1.5, np.float64(2.0), torch.tensor([1, 2]), object()])
 def test_values_that_are_not_steps_are_refused_with_the_public_error(value: object, tmp_path: Path) -> None:
     for configured in (False, True):
         if configured:

@@ -27,15 +27,23 @@ def test_begin_end_marks_the_step_and_roles_for_blocks_without_their_own() -> No
         assert steps.step is None and not steps.live
 
 
-def test_out_of_the_window_only_the_step_is_held() -> None:
+def test_out_of_the_window_roles_are_held_for_the_timeline_only_the_step_without_one() -> None:
     steps = profctx.Steps()
     with capture(steps=[4]):
         steps.begin(3, run="a")
         steps.begin_role("train")
-        assert (profctx.current().step, profctx.current().roles, steps.live) == (3, (), False)
-        with profctx.profile_step(role="fwd"):  # a block of the user's, inside the held step
-            assert profctx.current() == profctx.Scope(3, ("fwd",), {"run": "a"})
+        assert (profctx.current().step, profctx.current().roles, steps.live) == (3, ("train",), False)
+        with profctx.profile_step(role="fwd"):  # a block of the user's, nested in the held role
+            assert profctx.current() == profctx.Scope(3, ("train", "fwd"), {"run": "a"})
         steps.end_role("train")
+        steps.end()
+        assert profctx.current() == profctx.Scope()
+    with capture(steps=[4], timeline=False):
+        steps.begin(3, run="a")
+        steps.begin_role("train")
+        assert (profctx.current().step, profctx.current().roles, steps.marks_roles) == (3, (), False)
+        with profctx.profile_step(role="fwd"):
+            assert profctx.current() == profctx.Scope(3, ("fwd",), {"run": "a"})
         steps.end()
         assert profctx.current() == profctx.Scope()
 
@@ -145,7 +153,7 @@ def test_a_second_steps_object_ends_the_first_ones_step() -> None:
     assert profctx.current() == profctx.Scope()
 
 
-@pytest.mark.parametrize("step", [-1, 1.5, True, "3", None])
+@pytest.mark.parametrize("step", [1.5, True, "3", None])
 def test_a_bad_step_is_refused(step: object) -> None:
     with pytest.raises(profctx.ConfigError, match="step"):
         profctx.Steps().begin(step)  # type: ignore[arg-type]

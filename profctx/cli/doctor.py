@@ -70,6 +70,7 @@ def diagnose(save_path: str) -> list[Finding]:
     findings = [Finding("python", "ok", f"{platform.python_version()} ({sys.executable})"),
                 Finding("profctx", "ok", _version("profctx") or "source tree")]
     findings += _torch()
+    findings += _tools()
     findings += _nsys()
     for dist, subject, why in (("nvtx", "nvtx", "nsys ranges are emitted without names"),
                                ("ray", "ray", "Ray propagation and the Ray engine handle are unavailable")):
@@ -127,9 +128,41 @@ def _torch() -> list[Finding]:
     return found
 
 
+def refusal(tool: str) -> str | None:
+    """Return why ``configure(tool=tool)`` refuses the tool in this process (its backend's own check), or ``None``.
+
+    The same check ``configure()`` runs (``check_config`` of the backend registered under that
+    name), on a config that selects this process, so doctor and configure never disagree.
+    """
+    from ..backends import backend_class, check_config, resolve_tool
+    from ..core._config import ProfilerConfig
+    from ..core._window import StepWindow
+
+    try:
+        check_config(backend_class(resolve_tool(tool)), ProfilerConfig(steps=StepWindow.parse([1]), tool=tool))
+    except ConfigError as exc:
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - a backend whose check itself fails is refused too
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _tools() -> list[Finding]:
+    from ..backends import known
+
+    findings = []
+    for tool in known():
+        why = refusal(tool)
+        findings.append(Finding(f"tool={tool}", "ok", "configure() accepts it here") if why is None
+                        else Finding(f"tool={tool}", "info", f"configure() refuses it here: {why}"))
+    return findings
+
+
 def _nsys() -> list[Finding]:
     path = shutil.which("nsys")
     if path is None:
+        if refusal("nsys") is not None:
+            return [Finding("nsys", "info", "not on PATH (and tool='nsys' is refused here: see its line above)")]
         return [Finding("nsys", "info", "not on PATH: tool='nsys' can emit ranges but no process will record them")]
     try:
         out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10, check=False)

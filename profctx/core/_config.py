@@ -223,11 +223,13 @@ class ProfilerConfig:
             raise ConfigError("auto_capture.role", self.auto_capture.role,
                               "a role's time per step comes from the step timeline: keep timeline=True, or watch "
                               "the step's time (role=None)")
-        if self.enable and not self.steps and not self.on_demand and self.auto_capture is None:
+        if self.enable and not self.steps and not self.on_demand and self.auto_capture is None and not (
+                self.steps is not None and (self.timeline or self.summary_at_exit)):  # steps=[]: the timeline alone
             raise ConfigError(
                 "steps", None if self.steps is None else list(self.steps),
                 "profiling is enabled, so give the steps to profile (e.g. '3:6' or [1, 2]), on_demand=True or "
-                "auto_capture; or enable=False",
+                "auto_capture; steps=[] for the step timeline alone (with timeline or summary_at_exit on); or "
+                "enable=False",
             )
 
     def selects(self, group: str | None, rank: int) -> bool:
@@ -254,6 +256,11 @@ class ProfilerConfig:
     def active(self) -> bool:
         """Whether this config can capture anything at all."""
         return self.enable and (bool(self.steps) or self.on_demand or self.auto_capture is not None)
+
+    @property
+    def timeline_only(self) -> bool:
+        """Whether this config keeps the step timeline and captures nothing (``steps=[]``, nothing on demand)."""
+        return self.enable and not self.active and self.steps is not None and (self.timeline or self.summary_at_exit)
 
     def replace(self, **changes: Any) -> ProfilerConfig:
         """Return a copy with ``changes`` applied (validated like the constructor)."""
@@ -364,7 +371,7 @@ def _load(
     # A process the config names as one that never captures (a group member left out) writes no trace:
     # its save_path is not probed (a private one still is: the probe is what makes it private).
     unselected = config.rank is not None and not config.selects(config.group, config.rank)
-    if probe and config.active and (config.private or not unselected):
+    if probe and (config.active or config.timeline_only) and (config.private or not unselected):
         probe_save_path(config.save_path, private=config.private)
     return config
 

@@ -19,6 +19,7 @@ from typing import final
 
 from lightning.pytorch.profilers import Profiler
 
+from ..process._last import last_step
 from ..process._owner import OWNER
 from ..process._steps import Steps
 from ..util._errors import ConfigError
@@ -142,7 +143,12 @@ class ProfctxProfiler(Profiler):  # type: ignore[misc]
       strategy's ``training_step`` calling the module's) is one role. profctx's ``roles``
       filter and mode then decide what is captured;
     - ``summary()`` (which Lightning prints at the end of ``fit()``) gives the wall time of the
-      steps and of each role over every step, profiled or not, when ``summary`` is true.
+      steps and of each role over every step, profiled or not, when ``summary`` is true;
+    - each step's phases go to the Trainer's loggers (``trainer.loggers``, each one's
+      ``log_metrics(..., step=N)``) every ``log_every_n_steps`` steps, as ``{prefix}step`` and
+      ``{prefix}{role}`` seconds (top-level roles, :meth:`profctx.StepTimes.metrics`), plus
+      block counts under ``counts`` when given; ``metrics=False`` turns it off. Needs the
+      timeline (``timeline=True``, the default).
 
     Hooks outside a training batch (validation, data loading, epoch hooks) are in no role; those
     between the batches of one step are inside the step. ``sources`` must name Lightning's
@@ -151,8 +157,12 @@ class ProfctxProfiler(Profiler):  # type: ignore[misc]
     """
 
     def __init__(self, *, sources: Iterable[str] = ("LightningModule", "Strategy"), summary: bool = True,
-                 dirpath: str | Path | None = None, filename: str | None = None) -> None:
+                 dirpath: str | Path | None = None, filename: str | None = None, metrics: bool = True,
+                 prefix: str = "timing_s/", counts: str | None = None) -> None:
         super().__init__(dirpath=dirpath, filename=filename)
+        self.metrics = False
+        self.prefix = prefix
+        self.counts = counts
         # Every field is set before the arguments are checked: Lightning's ``__del__`` tears down.
         #: The begin/end pairs this profiler drives.
         self.steps = Steps()
@@ -168,7 +178,7 @@ class ProfctxProfiler(Profiler):  # type: ignore[misc]
         self._in_batch = False
         #: Whether hooks are ignored (outside a batch, or in a step out of the window with no summary).
         self._quiet = True
-        #: Whether the open step can capture (roles are begun in profctx): the plan's answer at its begin.
+        #: Whether the open step marks roles in profctx (it can capture, or the timeline times them).
         self._live = False
         #: The roles open inside the batch, innermost last: (role, whether it began one in profctx).
         self._open: list[tuple[str, bool]] = []
@@ -183,8 +193,15 @@ class ProfctxProfiler(Profiler):  # type: ignore[misc]
                 raise ConfigError("sources", source, f"one of {', '.join(SOURCES)}")
         if not isinstance(summary, bool):
             raise ConfigError("summary", summary, "True or False")
+        if not isinstance(metrics, bool):
+            raise ConfigError("metrics", metrics, "True or False")
+        if not isinstance(prefix, str):
+            raise ConfigError("prefix", prefix, "a string such as 'timing_s/'")
+        if counts is not None and (not isinstance(counts, str) or counts == prefix):
+            raise ConfigError("counts", counts, "None, or a prefix other than `prefix` such as 'timing_n/'")
         self.sources = frozenset(chosen)
         self.with_summary = summary
+        self.metrics = metrics
 
     # -- Lightning's protocol -----------------------------------------------------------------
 
@@ -266,7 +283,7 @@ class ProfctxProfiler(Profiler):  # type: ignore[misc]
             except Exception as exc:  # noqa: BLE001 - never breaks training (re-raised under on_error="raise")
                 _failed(exc)
             self._step = step
-            self._live = self.steps.live
+            self._live = self.steps.marks_roles
             if self.with_summary:
                 self._step_start = time.perf_counter()
         self._in_batch = True
@@ -311,8 +328,27 @@ class ProfctxProfiler(Profiler):  # type: ignore[misc]
                 self.steps.close()  # as a block an exception leaves
             else:
                 self.steps.end()
+                if self.metrics:
+                    self._log_phases()
         except Exception as exc:  # noqa: BLE001 - never breaks training (re-raised under on_error="raise")
             _failed(exc)
+
+    def _log_phases(self) -> None:
+        """Log the phases of the step that just ended to the Trainer's loggers, every ``log_every_n_steps``."""
+        module = getattr(self, "_lightning_module", None)  # as _global_step reads it
+        trainer = getattr(module, "trainer", None) if module is not None else None
+        loggers = getattr(trainer, "loggers", None) if trainer is not None else None
+        if not loggers:
+            return
+        last = last_step()
+        if last is None:
+            return
+        every = getattr(trainer, "log_every_n_steps", 1)
+        if type(every) is int and every > 1 and (last.step + 1) % every:
+            return
+        values = last.metrics(self.prefix, counts=self.counts)
+        for logger in loggers:
+            logger.log_metrics(values, step=last.step)  # the loggers' own errors are theirs: not caught
 
     def _global_step(self) -> int | None:
         """The Trainer's ``global_step``, or ``None`` when no Trainer drives this profiler.

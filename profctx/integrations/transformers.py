@@ -13,8 +13,9 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any
 
-from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
+from ..process._last import last_step
 from ..process._owner import OWNER
 from ..process._steps import Steps
 from ..util._errors import ConfigError
@@ -50,18 +51,47 @@ class ProfctxCallback(TrainerCallback):  # type: ignore[misc]
         with callback:
             trainer.train()
 
+    **Phases into the tracker.** Given the ``trainer`` (``ProfctxCallback(trainer=trainer)``
+    added with ``trainer.add_callback``, or :meth:`attach`), each time the ``Trainer`` logs (its
+    ``logging_steps``), the callback logs the phases of the step that just ended through
+    ``Trainer.log`` — the path that reaches every ``report_to`` tracker (TensorBoard, W&B,
+    MLflow...) and ``state.log_history`` — as ``{prefix}step`` and ``{prefix}{role}`` seconds
+    (:meth:`profctx.StepTimes.metrics`; verl's names are ``timing_s/...``), plus each role's
+    block count under ``counts`` when given. ``metrics=False`` turns it off. Without the
+    ``trainer`` nothing is logged: adding keys to ``logs`` in ``on_log`` reaches only the
+    callbacks after this one, not the trackers, which the ``Trainer`` calls first. Needs the
+    timeline (``timeline=True``, the default).
+
     Profiling errors are logged once and never raised into training (``on_error="raise"``
     raises them, for tests).
     """
 
     def __init__(self, *, micro_batch_role: str | None = "training_step",
-                 optimizer_role: str | None = "optimizer_step") -> None:
+                 optimizer_role: str | None = "optimizer_step", trainer: Any = None, metrics: bool = True,
+                 prefix: str = "timing_s/", counts: str | None = None) -> None:
         self.micro_batch_role = _role("micro_batch_role", micro_batch_role)
         self.optimizer_role = _role("optimizer_role", optimizer_role)
+        if not isinstance(metrics, bool):
+            raise ConfigError("metrics", metrics, "True or False")
+        if not isinstance(prefix, str):
+            raise ConfigError("prefix", prefix, "a string such as 'timing_s/'")
+        if counts is not None and (not isinstance(counts, str) or counts == prefix):
+            raise ConfigError("counts", counts, "None, or a prefix other than `prefix` such as 'timing_n/'")
+        if trainer is not None and not callable(getattr(trainer, "log", None)):
+            raise ConfigError("trainer", trainer, "the transformers Trainer (or TRL trainer) this callback is added to")
+        #: The Trainer whose ``log`` carries the phases to its trackers (``None``: not logged).
+        self.trainer = trainer
+        self.metrics = metrics
+        self.prefix = prefix
+        self.counts = counts
+        #: The last step whose phases were logged (each step's once, however many logs the Trainer makes).
+        self._logged: int | None = None
+        #: Inside this callback's own ``Trainer.log`` call (its ``on_log`` comes back here).
+        self._logging = False
         #: The begin/end pairs this callback drives.
         self.steps = Steps()
-        #: Whether the open step can capture: the plan's answer when it began (the other events read
-        #: this rather than ask again; out of the window they return at once).
+        #: Whether the open step marks roles (it can capture, or the timeline times its phases): known when
+        #: it began (the other events read this rather than ask again; with nothing to do they return at once).
         self._live = False
 
     # -- the Trainer's events ------------------------------------------------------------------
@@ -83,7 +113,7 @@ class ProfctxCallback(TrainerCallback):  # type: ignore[misc]
         steps = self.steps
         try:
             steps.begin(state.global_step + 1)
-            live = self._live = steps.live
+            live = self._live = steps.marks_roles
             if live and self.micro_batch_role is not None:
                 steps.begin_role(self.micro_batch_role)
         except Exception as exc:  # noqa: BLE001 - never breaks training (re-raised under on_error="raise")
@@ -135,6 +165,35 @@ class ProfctxCallback(TrainerCallback):  # type: ignore[misc]
             self.steps.end()
         except Exception as exc:  # noqa: BLE001 - never breaks training (re-raised under on_error="raise")
             _failed(exc)
+
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, logs: Any = None,
+               **kwargs: Any) -> None:
+        trainer = self.trainer
+        if trainer is None or not self.metrics or self._logging:
+            return
+        try:
+            last = last_step()
+            if last is None or last.step == self._logged or last.step != state.global_step:
+                return  # no step ended yet, logged already, or a log made out of the training steps
+            self._logged = last.step
+            values = last.metrics(self.prefix, counts=self.counts)
+        except Exception as exc:  # noqa: BLE001 - never breaks training (re-raised under on_error="raise")
+            _failed(exc)
+            return
+        self._logging = True
+        try:
+            # The base class's log: a subclass's (TRL's) merges and clears its own pending metrics there.
+            log = Trainer.log.__get__(trainer) if isinstance(trainer, Trainer) else trainer.log
+            log(values)  # the trackers' own errors are theirs: not caught
+        finally:
+            self._logging = False
+
+    @classmethod
+    def attach(cls, trainer: Any, **options: Any) -> ProfctxCallback:
+        """Add a callback to ``trainer`` (``trainer.add_callback``) that logs the phases through it; return it."""
+        callback = cls(trainer=trainer, **options)
+        trainer.add_callback(callback)
+        return callback
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      **kwargs: Any) -> None:

@@ -53,13 +53,13 @@ def configure(config: object = None, /, **fields: Any) -> ProfilerConfig | None:
             hook.check_config(new)
     _shutdown()
     OWNER.config = new
-    if new is None or not new.active:
+    if new is None or not (new.active or new.timeline_only):
         OWNER.refresh()
         return new
     runtime = Runtime(OWNER, new)
     if new.exit_hooks:
         _lifecycle.install()
-    if new.warmup and runtime.rank_selected():  # only a process that can capture imports its backend
+    if new.warmup and new.active and runtime.rank_selected():  # only a process that can capture imports its backend
         runtime.prepare()
     OWNER.runtime = runtime
     OWNER.refresh()

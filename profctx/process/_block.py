@@ -7,7 +7,7 @@ import threading
 import weakref
 from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
 from ..core._scope import ROOT, SCOPE, Scope, Unfrozen, keep, mark_quiet, merge_tags, role_parts, under
 from ..util._errors import ConfigError
@@ -17,6 +17,9 @@ from ._owner import OWNER
 from ._runtime import Opened, Runtime
 from ._timeline import FLUSH_EVENTS, Timeline
 from ._timeline import clock as _clock
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 #: The capture blocks of this task record into (their own, a joined run, or one refused).
 CONTEXT: ContextVar[Capture | None] = ContextVar("profctx.capture", default=None)
@@ -286,12 +289,15 @@ class Held:
         step = self.scope.step
         #: (timeline, step, start) while the step is under way and the timeline keeps steps.
         self.timed = None if timeline is None or step is None else (timeline, step, _clock())
+        if self.timed is not None:
+            OWNER.timed.append(True)
 
     def release(self, in_flight: bool = False) -> None:
         """End the step: stop its hooks and close what it opened (call on the holding thread)."""
         timed, self.timed = self.timed, None
         if timed is not None:
             timed[0].step(timed[1], timed[2], _clock())
+            untime()
         if OWNER.held is self:
             OWNER.held = None
         self.session.finish(None, in_flight=in_flight)
@@ -312,6 +318,90 @@ def hold(step: int, tags: dict[str, Any] | None = None) -> Held:
     held = Held(session)
     OWNER.held = held
     return held
+
+
+def note_raised(session: Session, exc_type: type[BaseException]) -> None:
+    """Note in the record of the capture ``session`` opened that an exception left its block (no user code runs)."""
+    opened = session.opened
+    owned = opened.owned if opened is not None else None
+    if owned is not None and owned.raised is None:
+        owned.raised = f"the block was left by an exception: {exc_type.__name__}"
+
+
+def untime() -> None:
+    """Note that a step the timeline timed has ended (``OWNER.timed`` loses one entry)."""
+    timed = OWNER.timed
+    if timed:  # (emptied by reset() while the step ran: nothing to take)
+        timed.pop()
+
+
+def top_timeline(parent: Scope | None = None) -> Timeline | None:
+    """The timeline a role block under ``parent`` (default the ambient scope) is timed for, if any.
+
+    A role block is timed when a step is ambient and no role encloses it: the same test as
+    :meth:`profile_step._clock_in` (the held step counts, unless a role is held in it).
+    """
+    if parent is None:
+        parent = SCOPE.get()
+    if parent.roles:
+        return None
+    rt = OWNER.runtime
+    timeline = rt.timeline if rt is not None else None
+    if timeline is None or parent.step is not None:
+        return timeline
+    held = OWNER.held
+    return timeline if held is not None and not held.scope.roles else None
+
+
+def timed_call(role: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Run a ``@profiled`` call nothing is captured for: a top-level role of a step is set and timed.
+
+    Called when a step the timeline times is under way and the role's switch is off. A call
+    inside a role, or outside any step, goes straight through (its time is its parent's).
+    """
+    parent = SCOPE.get()
+    if parent.roles:  # top_timeline, _role_child and Timeline.role written out: one Python call per call
+        return fn(*args, **kwargs)
+    rt = OWNER.runtime
+    timeline = rt.timeline if rt is not None else None
+    if timeline is None:
+        return fn(*args, **kwargs)
+    if parent.step is None:
+        held = OWNER.held
+        if held is None or held.scope.roles:
+            return fn(*args, **kwargs)
+    try:
+        kids = parent._kids
+    except AttributeError:  # a scope filled in without it
+        kids = None
+    child = kids.get(role) if kids else None
+    token = SCOPE.set(_role_child(parent, role) if child is None else child)
+    start = _clock()
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        end = _clock()
+        SCOPE.reset(token)
+        events = timeline.events
+        events.append((role, start, end))
+        if len(events) >= FLUSH_EVENTS:
+            timeline.hand_over(None)
+
+
+async def atimed_call(role: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The coroutine twin of :func:`timed_call`."""
+    parent = SCOPE.get()
+    timeline = top_timeline(parent)
+    if timeline is None:
+        return await fn(*args, **kwargs)
+    token = SCOPE.set(_role_child(parent, role))
+    start = _clock()
+    try:
+        return await fn(*args, **kwargs)
+    finally:
+        end = _clock()
+        SCOPE.reset(token)
+        timeline.role(role, start, end)
 
 
 def enter_role(role: str) -> Token[Scope] | None:
@@ -377,21 +467,18 @@ def check(step: Any, role: Any) -> int | None:
     """
     if role is not None and not isinstance(role, str):
         raise ConfigError("role", role, "a role is a string such as 'rollout'")
-    if step is None or (type(step) is int and step >= 0):
+    if step is None or type(step) is int:
         return step
     if isinstance(step, str):
-        raise ConfigError("step", step, f"a step is an integer >= 0; to name a role write profile_step(role={step!r})")
+        raise ConfigError("step", step, f"a step is an integer; to name a role write profile_step(role={step!r})")
     if isinstance(step, bool):
-        raise ConfigError("step", step, "a step is an integer >= 0, not a bool")
+        raise ConfigError("step", step, "a step is an integer, not a bool")
     try:
-        value = operator.index(step)
+        return operator.index(step)
     except TypeError:
         raise ConfigError(
-            "step", step, "a step is an integer >= 0 (int, numpy integer or 0-d integer tensor) or None"
+            "step", step, "a step is an integer (int, numpy integer or 0-d integer tensor) or None"
         ) from None
-    if value < 0:
-        raise ConfigError("step", step, "a step is an integer >= 0 or None")
-    return value
 
 
 @final
@@ -442,7 +529,7 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
             rt = owner.runtime
             parent = SCOPE.get()
             if step is not None:
-                if rt is not None and rt.watch is not None:
+                if rt is not None and rt.watch is not None and step >= 0:  # (a negative step: a warm-up or eval pass)
                     rt.watch(step)  # the anomaly watch (``auto_capture``): it may add this step to the window
                 # Runtime.opens_nothing(step, True), written out: busy_steps holds the window's steps, or
                 # every step while a stop is pending or a contiguous run waits for a step block to close it.
@@ -460,6 +547,7 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
                         if timeline is not None:
                             self._tl = timeline
                             self._t0 = _clock()
+                            owner.timed.append(True)
                     return new  # type: ignore[return-value]
             else:
                 at = parent.step
@@ -477,7 +565,8 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
                         child = _role_child(parent, role)
                     if rt is None or at not in rt.busy_roles:  # Runtime.opens_nothing(at, False), written out
                         self._entered = SCOPE.set(child)
-                        if rt is not None and at is not None and not parent.roles:  # timed (_clock_in)
+                        if (rt is not None and at is not None and not parent.roles  # timed (_clock_in)
+                                and (parent.step is not None or not held.scope.roles)):
                             timeline = rt.timeline
                             if timeline is not None:
                                 self._tl = timeline
@@ -507,7 +596,8 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
                     new._kids = None
                     new.__class__ = Scope  # type: ignore[assignment]
                     self._entered = SCOPE.set(new)  # type: ignore[arg-type]
-                    if rt is not None and role is not None and at is not None and not parent.roles:  # timed
+                    if (rt is not None and role is not None and at is not None and not parent.roles  # timed
+                            and (parent.step is not None or not held.scope.roles)):
                         timeline = rt.timeline
                         if timeline is not None:
                             self._tl = timeline
@@ -588,6 +678,7 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
                 events.append((self._step, self._t0, end))
                 if end >= timeline.due or len(events) >= FLUSH_EVENTS:
                     timeline.hand_over(end)
+                untime()
         entered = self._entered
         self._entered = None
         kind = type(entered)
@@ -613,6 +704,8 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
                             owner.refresh()
         elif kind is Session:
             tokens, entered.tokens = entered.tokens, None  # type: ignore[union-attr]
+            if exc_type is not None:
+                note_raised(entered, exc_type)  # type: ignore[arg-type]
             entered.finish(tokens, in_flight=exc_type is not None)  # type: ignore[union-attr]
         else:
             raise RuntimeError("a profile_step object was exited without being entered")
@@ -635,6 +728,8 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
             return
         self._tl = timeline
         self._t0 = _clock()
+        if self._step is not None:
+            OWNER.timed.append(True)
 
     def _clock_out(self) -> None:
         """Note this block's time in the timeline it was timed for (see :meth:`_clock_in`)."""
@@ -645,6 +740,7 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
             timeline.role(self._role, self._t0, end)  # type: ignore[arg-type]
         else:
             timeline.step(self._step, self._t0, end)
+            untime()
 
     async def __aenter__(self) -> Scope:
         parent = SCOPE.get()
@@ -669,4 +765,6 @@ class profile_step:  # noqa: N801 - used like a function: ``with profile_step(3)
         self._entered = None
         assert isinstance(session, Session)
         tokens, session.tokens = session.tokens, None
+        if exc_type is not None:
+            note_raised(session, exc_type)
         await session.afinish(tokens, in_flight=exc_type is not None)

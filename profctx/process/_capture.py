@@ -93,6 +93,7 @@ class Capture:
         "holder",
         "id",
         "key",
+        "raised",
         "ranges",
         "runtime",
         "seq",
@@ -115,6 +116,8 @@ class Capture:
         self.start_wall = 0.0
         self.spec: CaptureSpec | None = None
         self.ranges = 0
+        #: The exception that left the block this capture covers, as a note (``note_raised``), if any.
+        self.raised: str | None = None
         #: Thread id -> that thread's open ranges, innermost last.
         self.stacks: dict[int, list[Range]] = {}
 
@@ -371,6 +374,8 @@ class Capture:
         if status == "ok":
             rt.traces.add(sum(f["bytes"] or 0 for f in listed))
         all_notes = list(self.spec.notes if self.spec else ()) + list(notes or ())
+        if self.raised is not None:
+            all_notes.append(self.raised)
         self._record(
             "finished",
             status=status,

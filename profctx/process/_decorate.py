@@ -10,8 +10,9 @@ from typing import Any, TypeVar, overload
 
 from ..core._scope import SCOPE
 from ..records._manifest import failed_call
-from ._block import Session, current, enter_role, leave_role, profile_step
+from ._block import Session, atimed_call, current, enter_role, leave_role, profile_step, timed_call, top_timeline
 from ._owner import OWNER
+from ._timeline import clock as _clock
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -29,7 +30,8 @@ def profiled(fn: Any = None, /, *, role: str | None = None) -> Any:
 
     Works with and without parentheses on functions, methods, classmethods, staticmethods,
     coroutine functions, generators, async generators and other callables (builtins,
-    ``functools.partial``, ``operator.itemgetter``); keeps the signature. When this call
+    ``functools.partial``, ``operator.itemgetter``); keeps the signature. A class is refused
+    (``TypeError``): decorate its methods. When this call
     cannot capture, range or start an engine — no block of the process is inside an
     in-window step, the rank is not selected, or the role is filtered out — it goes
     straight to the function (the check is one C-level call) and the role is not set in
@@ -48,6 +50,10 @@ def profiled(fn: Any = None, /, *, role: str | None = None) -> Any:
 
 def _decorate(fn: Any, *, role: str | None) -> Any:
     target = fn.__func__ if isinstance(fn, (classmethod, staticmethod)) else fn
+    if isinstance(target, type):
+        raise TypeError(f"profiled: {target.__qualname__} is a class; @profiled on it would time only the "
+                        "construction of its instances: decorate the methods to profile instead (e.g. "
+                        "@profiled(role=...) on its __call__ or update method)")
     if not callable(target):
         raise TypeError(f"profiled: {fn!r} is not callable; decorate a function, method or other callable")
     if role is not None and (not isinstance(role, str) or not role.strip("/")):
@@ -55,19 +61,19 @@ def _decorate(fn: Any, *, role: str | None) -> Any:
     name = role or _name_of(target)
     import inspect  # here, not at import profctx (it costs several ms)
 
+    switch = OWNER.switch(name)
     if inspect.isasyncgenfunction(target):
         wrapper = _async_generator_wrapper(name)
     elif inspect.iscoroutinefunction(target):
-        wrapper = _coroutine_wrapper(name)
+        wrapper = _coroutine_wrapper(name, switch)
     elif inspect.isgeneratorfunction(target):
         wrapper = _generator_wrapper(name)
     else:
-        wrapper = _function_wrapper(name)
+        wrapper = _function_wrapper(name, switch)
     with contextlib.suppress(AttributeError, TypeError):  # builtins and C callables take no attributes
         # Survives cloudpickle's by-value copy of the function (which drops this wrapper): a
         # worker can then tell the user which methods arrived undecorated (profctx.ray).
         target.__profctx_role__ = name  # type: ignore[union-attr]
-    switch = OWNER.switch(name)
     plain = _plain_function(fn)
     if plain is not None:
         made = _generated(plain, switch, wrapper)
@@ -107,7 +113,9 @@ def is_proxy(fn: object) -> bool:
     before the first such proxy wrapt is not loaded, and nothing is one.
     """
     return getattr(type(fn), "_profctx_proxy", False) is True
-_NAMES = ("_profctx_switch", "_profctx_fn", "_profctx_on")
+
+
+_NAMES = ("_profctx_switch", "_profctx_fn", "_profctx_on", "_profctx_timed")
 #: Wrapper factories by signature shape (the code is shared by functions of the same shape).
 _FACTORIES: dict[tuple[Any, ...], Callable[..., Any]] = {}
 
@@ -134,7 +142,7 @@ def _generated(fn: types.FunctionType, switch: list[bool], on: Callable[..., Any
         if set(_NAMES) & {*code.co_varnames[:count], star, dstar}:
             return None
         factory = _FACTORIES[key] = _factory(*key)
-    made = factory(switch, fn, on)
+    made = factory(switch, fn, on, OWNER.timed)
     functools.update_wrapper(made, fn)
     # No ``__wrapped__``: Ray reads ``@ray.method`` options (num_returns, max_task_retries,
     # concurrency_group...) from the end of the ``__wrapped__`` chain (``inspect.unwrap``), so a
@@ -164,9 +172,9 @@ def _factory(names: tuple[str, ...], posonly: int, positional: int, star: str | 
     forward = ", ".join([*names[:positional], *(["*" + star] if star else []),
                          *(f"{k}={k}" for k in keywords), *(["**" + dstar] if dstar else [])])
     run, wait = ("async ", "await ") if coroutine else ("", "")
-    source = (f"def factory(_profctx_switch, _profctx_fn, _profctx_on):\n"
+    source = (f"def factory(_profctx_switch, _profctx_fn, _profctx_on, _profctx_timed):\n"
               f"    {run}def call({', '.join(params)}):\n"
-              f"        if _profctx_switch:\n"
+              f"        if _profctx_switch or _profctx_timed:\n"
               f"            return {wait}_profctx_on(_profctx_fn, None, ({args}{',' if args else ''}), {{{kwargs}}})\n"
               f"        return {wait}_profctx_fn({forward})\n"
               f"    return call\n")
@@ -286,13 +294,17 @@ def _raised(exc: Exception) -> None:
         pass
 
 
-def _function_wrapper(role: str) -> Callable[..., Any]:
+def _function_wrapper(role: str, switch: list[bool]) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if not switch:  # only the timeline wants this call: a step is under way, nothing to capture
+            return timed_call(role, wrapped, args, kwargs)
         # No idle() test here: the switch that led here is on only while the gate is open, and a
         # call that races the last block out finds the step out of the window in enter_role's plan
         # answer and goes through profile_step's fast path.
+        timeline = top_timeline()  # before the role joins the scope (no SCOPE here: the wrapper pickles by value)
         token = enter_role(role)
         if token is not None:  # the role only joins the scope
+            start = _clock() if timeline is not None else 0.0
             try:
                 return wrapped(*args, **kwargs)
             except Exception as exc:
@@ -300,6 +312,8 @@ def _function_wrapper(role: str) -> Callable[..., Any]:
                 raise
             finally:
                 leave_role(token)
+                if timeline is not None:
+                    timeline.role(role, start, _clock())
         with profile_step(role=role):
             try:
                 return wrapped(*args, **kwargs)
@@ -310,14 +324,18 @@ def _function_wrapper(role: str) -> Callable[..., Any]:
     return wrapper
 
 
-def _coroutine_wrapper(role: str) -> Callable[..., Any]:
+def _coroutine_wrapper(role: str, switch: list[bool]) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if not switch:  # only the timeline wants this call (see _function_wrapper)
+            return atimed_call(role, wrapped, args, kwargs)
         if idle():
             return wrapped(*args, **kwargs)
 
         async def run() -> Any:
+            timeline = top_timeline()
             token = enter_role(role)
             if token is not None:  # the role only joins the scope
+                start = _clock() if timeline is not None else 0.0
                 try:
                     return await wrapped(*args, **kwargs)
                 except Exception as exc:
@@ -325,6 +343,8 @@ def _coroutine_wrapper(role: str) -> Callable[..., Any]:
                     raise
                 finally:
                     leave_role(token)
+                    if timeline is not None:
+                        timeline.role(role, start, _clock())
             async with profile_step(role=role):
                 try:
                     return await wrapped(*args, **kwargs)

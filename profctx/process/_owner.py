@@ -68,6 +68,25 @@ def switch_of(role: str) -> Switch:
     return OWNER.switch(role)
 
 
+class Timed(list):  # type: ignore[type-arg]
+    """Non-empty while a step the timeline times is under way in the process (one entry per such step).
+
+    ``@profiled`` functions read it beside their role's switch (``if switch or timed:``, both in C):
+    outside any step both are empty and the call goes straight through; inside one, the wrapper
+    times a top-level role for the timeline. Pickled, it becomes the receiving process's.
+    """
+
+    __slots__ = ()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return timed_of, ()
+
+
+def timed_of() -> Timed:
+    """Return this process's :class:`Timed` (what a pickled one becomes)."""
+    return OWNER.timed
+
+
 class Owner:
     """All of profctx's process state. One instance per process: :data:`OWNER`.
 
@@ -79,7 +98,7 @@ class Owner:
     """
 
     __slots__ = ("_lit", "_lock", "capture_hooks", "carried", "carry_cache", "config", "control", "driver", "env_read",
-                 "gate", "held", "hooks", "last_step", "runtime", "settle", "step_hooks", "switches")
+                 "gate", "held", "hooks", "last_step", "runtime", "settle", "step_hooks", "switches", "timed")
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
@@ -119,6 +138,8 @@ class Owner:
         self.last_step: int | None = None
         #: Called on the writer thread with each finished capture's record (``profctx.on_capture``).
         self.capture_hooks: list[Any] = []
+        #: One entry per step the timeline times now (never rebound: ``@profiled`` functions hold it).
+        self.timed = Timed()
 
     # -- switches -----------------------------------------------------------------------------
 
@@ -213,6 +234,7 @@ class Owner:
             self.last_step = None
             self.capture_hooks = []
             self.gate.clear()
+            self.timed.clear()
             self.refresh()
         if control is not None:
             control.shutdown(wait=False)

@@ -534,7 +534,7 @@ class Runtime:
         step = scope.step
         if sets_step:
             self.owner.last_step = step
-            if self.watch is not None and step is not None:
+            if self.watch is not None and step is not None and step >= 0:
                 self.watch(step)  # a step entered by a Session (the fast path told it already: told once)
             if self.ondemand is not None and step is not None:  # a request's steps begin or end: policies swap
                 self.ondemand.boundary(step)
@@ -923,8 +923,10 @@ class Runtime:
         process's ``@profiled`` functions. Silent when nothing here is wrong: the rank is not
         selected, no step was ever marked, or (not ``final``) the window is not over yet.
         """
-        if not self.rank_selected() or (self.config.steps is None and self.ondemand is not None):
-            return None  # armed for requests, with no window of its own: capturing nothing is expected
+        if not self.rank_selected():
+            return self._selects_no_process() if final else None
+        if not self.config.steps:
+            return None  # no window of its own (the timeline alone, or armed for requests): nothing to say
         window = self.window
         last = self.owner.last_step
         over = final or (last is not None and bool(window.steps) and last > window.last)
@@ -968,6 +970,18 @@ class Runtime:
         if captured or paths:
             return None
         return f"nothing was captured in this process: mode='role' captures roles, and no role block ran {where}"
+
+    def _selects_no_process(self) -> str | None:
+        """Say that ``ranks`` names no rank of this job (``ranks=[1]`` in a one-process run), if so; else ``None``."""
+        config, identity = self.config, self.identity()
+        ranks = config.ranks
+        if ranks == "all" or config.groups or identity.group is not None or identity.world_size < 1:
+            return None
+        if any(rank < identity.world_size for rank in ranks):
+            return None  # another process is selected: this one capturing nothing is what was asked
+        return (f"nothing was captured: ranks={list(ranks)!r} selects no process of this run (world size "
+                f"{identity.world_size}, ranks 0..{identity.world_size - 1}); check `ranks` against the "
+                "launcher's world size")
 
     def _seen_role_paths(self) -> set[tuple[str, ...]]:
         """Return the role paths of the blocks the plan was asked about inside the window."""

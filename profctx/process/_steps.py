@@ -9,7 +9,7 @@ from typing import Any, final
 from ..core._scope import ROOT, Scope, Unfrozen, merge_tags, role_parts
 from ..util._errors import ConfigError
 from ..util._log import warn_once
-from ._block import Session, check
+from ._block import Session, check, note_raised, untime
 from ._capture import Capture
 from ._owner import OWNER
 from ._timeline import FLUSH_EVENTS
@@ -111,10 +111,10 @@ class Steps:
       is what it was. Without the ``with``, a step whose end never comes stays in force until
       the next :meth:`begin`, :meth:`close`, ``profctx.reset()`` or process exit.
 
-    Out of the window (nothing can be captured in the step) only the step is held: roles
-    begun in it are not (``profctx.current()`` shows the step without them), as ``@profiled``
-    skips its role where nothing can be captured; this keeps a step's marks cheaper than one
-    ``profile_step`` block.
+    Out of the window (nothing can be captured in the step) roles are held as marks that open
+    nothing, so that ``profctx.current()`` names them and a block or ``@profiled`` call inside
+    one is timed as part of it, not as a top-level role of its own. With neither a window step
+    nor a timeline (``timeline=False`` and no ``summary_at_exit``) only the step is held.
 
     Threads and tasks: the held step is process-wide (every thread and task without a step
     block of its own sees it). Call one object's methods from one thread at a time, the thread
@@ -144,7 +144,14 @@ class Steps:
     def live(self) -> bool:
         """Whether the open step can capture or draw anything (false out of the window, or with no step)."""
         top = self._top
-        return top is not None and (top.session is not None or top.parent is not None)
+        while top is not None and top.parent is not None:
+            top = top.parent
+        return top is not None and top.session is not None
+
+    @property
+    def marks_roles(self) -> bool:
+        """Whether :meth:`begin_role` does anything in the open step: it can capture, or the timeline times it."""
+        return self._timed is not None or self.live
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -157,7 +164,7 @@ class Steps:
         if type(step) is not int or step < 0:
             checked = check(step, None)
             if checked is None:
-                raise ConfigError("step", step, "Steps.begin needs the step: an integer >= 0")
+                raise ConfigError("step", step, "Steps.begin needs the step: an integer")
             step = checked
         if self._top is not None:
             self._end_all(in_flight=True)
@@ -170,7 +177,7 @@ class Steps:
                 return
             held.release(in_flight=True)  # another Steps object's step, left open
         rt = owner.runtime
-        if rt is not None and rt.watch is not None:
+        if rt is not None and rt.watch is not None and step >= 0:  # (a negative step: a warm-up or eval pass)
             rt.watch(step)  # the anomaly watch (``auto_capture``): it may add this step to the window
         if owner.env_read and (rt is None or rt.opens_nothing(step, True)):  # nothing can open: name it only
             owner.last_step = step
@@ -184,6 +191,7 @@ class Steps:
         timeline = rt.timeline if rt is not None else None
         if timeline is not None:
             self._timed = [timeline, step, _clock(), None, 0.0, 0]
+            owner.timed.append(True)
 
     def end(self) -> None:
         """End the open step and its roles; do nothing when no step is open."""
@@ -210,8 +218,9 @@ class Steps:
             else:
                 timed[5] += 1
         rt = OWNER.runtime
-        if top.session is None and top.parent is None and (rt is None or rt.opens_nothing(top.step, False)):
-            return  # out of the window: the step alone is held (see the class notes)
+        if (timed is None and top.session is None and top.parent is None
+                and (rt is None or rt.opens_nothing(top.step, False))):
+            return  # out of the window with no timeline: the step alone is held (see the class notes)
         parts = role_parts(role)
         found = self._find(parts)
         if found is not None:
@@ -264,6 +273,12 @@ class Steps:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if self._top is not None:
+            if exc_type is not None:
+                mark: Mark | None = self._top
+                while mark is not None:  # each open step and role capture notes the exception that left it
+                    if mark.session is not None:
+                        note_raised(mark.session, exc_type)
+                    mark = mark.parent
             self._end_all(in_flight=exc_type is not None)
 
     def __repr__(self) -> str:
@@ -292,6 +307,7 @@ class Steps:
             events.append((timed[1], timed[2], end))
             if end >= timeline.due or len(events) >= FLUSH_EVENTS:
                 timeline.hand_over(end)
+            untime()
         top, self._top = self._top, None
         if top is not None and top.session is None and top.parent is None:  # a step out of the window
             if OWNER.held is top:

@@ -24,6 +24,7 @@ import contextlib
 import operator
 import os
 import sys
+import threading
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Final, Protocol, TextIO
@@ -70,6 +71,8 @@ MAX_EVENTS: Final = 200_000
 #: Role names kept per step and in the totals; the others are summed as :data:`OTHER`.
 MAX_ROLE_NAMES: Final = 64
 OTHER: Final = "(other)"
+#: Step times kept for the anomaly mark of the last step (as ``profctx timeline``'s default ``--window``).
+RECENT: Final = 21
 
 #: The clock every entry is read with: monotonic, no system call (vDSO).
 clock = time.monotonic
@@ -123,8 +126,9 @@ class Timeline:
     running totals :meth:`print_summary` prints (``summary_at_exit``).
     """
 
-    __slots__ = ("_bytes", "_current", "_fd", "_identity", "_names", "_written_dropped", "closed", "dropped", "due",
-                 "events", "failed", "max_bytes", "path", "queued", "runtime", "totals", "write")
+    __slots__ = ("_bytes", "_current", "_fd", "_identity", "_lines", "_lock", "_names", "_written_dropped", "closed",
+                 "dropped", "due", "events", "failed", "last", "max_bytes", "path", "queued", "recent", "runtime",
+                 "totals", "write")
 
     def __init__(self, runtime: Host, *, write: bool, totals: bool = False, max_bytes: int | None = None) -> None:
         self.runtime = runtime
@@ -151,6 +155,14 @@ class Timeline:
         self._current: dict[str, list[float]] = {}
         #: Role names as JSON strings, as the writer formats them (bounded).
         self._names: dict[str, str] = {}
+        #: Folding is done by the writer, or by the training thread asking for :attr:`last` (``last_step``).
+        self._lock = threading.Lock()
+        #: Lines folded and not written yet.
+        self._lines: list[str] = []
+        #: The last step folded: (step, wall-clock start, seconds, roles name -> [seconds, blocks]).
+        self.last: tuple[int, float, float, dict[str, list[float]]] | None = None
+        #: The times of the last steps folded (the anomaly mark of :attr:`last` compares with them).
+        self.recent: deque[float] = deque(maxlen=RECENT)
 
     # -- the training thread -------------------------------------------------------------------
 
@@ -188,10 +200,33 @@ class Timeline:
     def flush(self) -> None:
         """Fold the waiting entries, add the steps to the totals and append them to the file; never raises."""
         self.queued = False
+        with self._lock:
+            self._fold()
+            lines, self._lines = self._lines, []
+        dropped = self.dropped
+        if self.write and dropped != self._written_dropped:
+            lines.append(f'{{"dropped":{dropped}}}')
+            self._written_dropped = dropped
+        if lines:
+            try:
+                self._append(lines)
+            except Exception as exc:  # noqa: BLE001 - the timeline never breaks training
+                kept = exc.kept if isinstance(exc, _CutShortError) else 0  # whole lines the disk took: not dropped
+                self.dropped += sum(1 for line in lines[kept:] if line.startswith('{"step"'))
+                self.failed = f"{type(exc).__name__}: {exc}"
+                self.runtime.failure("timeline write", exc, in_flight=True)
+
+    def fold(self) -> None:
+        """Fold the entries waiting so far (any thread): :attr:`last` is then the last step that ended."""
+        with self._lock:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Fold the waiting entries into steps: totals, :attr:`last` and lines to write (holding ``_lock``)."""
         events = self.events
         offset = time.time() - clock()  # wall clock of a monotonic reading, as of now
         current = self._current
-        lines: list[str] = []
+        lines = self._lines
         totals, write = self.totals, self.write
         popleft = events.popleft
         while events:
@@ -212,24 +247,16 @@ class Timeline:
                     raw = operator.index(raw)  # a numpy or tensor step, as blocks take them
                 except TypeError:
                     continue
+            if raw < 0:  # a warm-up or evaluation pass: not a training step (its roles go with it)
+                continue
             seconds = end - start
             if totals is not None:
                 totals.add(raw, seconds, roles)
             if write:
                 lines.append(self._line(raw, start, offset, seconds, roles))
+            self.last = (raw, start + offset, seconds, roles)
+            self.recent.append(seconds)
         self._current = current
-        dropped = self.dropped
-        if self.write and dropped != self._written_dropped:
-            lines.append(f'{{"dropped":{dropped}}}')
-            self._written_dropped = dropped
-        if lines:
-            try:
-                self._append(lines)
-            except Exception as exc:  # noqa: BLE001 - the timeline never breaks training
-                kept = exc.kept if isinstance(exc, _CutShortError) else 0  # whole lines the disk took: not dropped
-                self.dropped += sum(1 for line in lines[kept:] if line.startswith('{"step"'))
-                self.failed = f"{type(exc).__name__}: {exc}"
-                self.runtime.failure("timeline write", exc, in_flight=True)
 
     def _line(self, step: int, start: float, offset: float, seconds: float, roles: dict[str, list[float]]) -> str:
         """Return one step's JSON line (written by hand: json.dumps per step costs several times more).
