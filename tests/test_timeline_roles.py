@@ -57,7 +57,7 @@ def test_profiled_roles_are_timed_in_every_step_and_nest_under_held_roles(tmp_pa
     assert generate(5) == 6  # outside any step: straight through
     assert profctx.current() == profctx.Scope()
     assert profctx.flush()
-    got = {s["step"]: {name: count for name, (_, count) in s["roles"].items()} for s in _steps(tmp_path)}
+    got = {s["step"]: {name: count for name, (_, count, *_) in s["roles"].items()} for s in _steps(tmp_path)}
     assert got == {1: {"generate": 1, "update": 1, "score": 1}, 2: {"generate": 1, "update": 1, "score": 1},
                    3: {"generate": 1, "update": 1, "score": 1}, 4: {"training_step": 1, "update": 1}}
 
