@@ -30,7 +30,7 @@ from typing import Any, Final, final
 
 from .core._layout import MANIFEST_DIR, safe
 from .core._status import LISTED
-from .util._untrusted import MAX_DEPTH, UnsafeFileError, inside, open_regular, resolve, too_deep
+from .util._untrusted import MAX_DEPTH, MAX_LISTED, UnsafeFileError, names_in, open_regular, resolve, too_deep
 
 __all__ = ["DRIVER", "MAX_LINE", "STATUSES", "VERSION", "CaptureRecord", "ManifestReader", "TraceFile", "drivers",
            "in_groups", "latest_run", "process_names", "read", "repeats_text", "runs"]
@@ -455,12 +455,7 @@ class ManifestReader:
         None when the manifest folder is a link or lies outside ``save_path``.
         """
         folder = self.save_path / MANIFEST_DIR
-        if folder.is_symlink() or not inside(self.save_path, folder):
-            return []
-        try:
-            names = sorted(os.listdir(folder))
-        except OSError:
-            return []
+        names = names_in(self.save_path, MANIFEST_DIR, MAX_LISTED)
         prefix = None if self.run is None else f"{safe(self.run)}."
         # Shortest name first: a copy (``x.backup.jsonl``) is read after the shard it copies, so the copy is
         # the one named a duplicate.

@@ -59,15 +59,12 @@ ALLOWED: dict[str, dict[str, str]] = {
     },
     "profctx/backends/_base.py": {"open": "reads version.py of an installed package"},
     "profctx/backends/npu.py": {
-        "Path.glob": "TODO: lists the folders torch_npu's own exporter wrote (by path, as it gives them)",
-        "Path.iterdir": "TODO: lists the files in torch_npu's output folder (a reader; no write or delete)",
+        "Path.glob": "lists the folders torch_npu's own exporter wrote: it names them by path only (its API)",
+        "Path.iterdir": "lists the files in torch_npu's output folder, by the path torch_npu gives (a reader only)",
     },
-    "profctx/manifest.py": {"os.listdir": "TODO (reader side): lists .profctx/ to read shards"},
-    "profctx/analysis/_timeline.py": {"os.listdir": "TODO (reader side): lists .profctx/ for timeline files"},
     "profctx/testing/__init__.py": {
         "tempfile.TemporaryDirectory": "a test helper's own fresh private folder (not a user's run folder)",
     },
-    "profctx/ray/_worker.py": {"open": "TODO (Ray side): a worker reads its own shard to send it to the driver"},
 }
 
 OS_CALLS = {"open", "unlink", "remove", "rmdir", "scandir", "listdir", "walk", "mkdir", "makedirs", "replace",

@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from ..core._layout import MANIFEST_DIR
 from ..util._units import seconds_text as _secs
-from ..util._untrusted import UnsafeFileError, inside, open_regular, too_deep
+from ..util._untrusted import MAX_LISTED, UnsafeFileError, names_in, open_regular, too_deep
 from . import _align
 
 #: How a timeline file's name ends (see :mod:`profctx.process._timeline`).
@@ -96,12 +96,7 @@ class Timelines:
 def files(save_path: str | os.PathLike[str]) -> list[Path]:
     """Return the timeline files under ``save_path`` (none when the manifest folder is a link or outside it)."""
     folder = Path(save_path) / MANIFEST_DIR
-    if folder.is_symlink() or not inside(save_path, folder):
-        return []
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError:
-        return []
+    names = names_in(save_path, MANIFEST_DIR, MAX_LISTED)
     return [folder / n for n in names if n.endswith(SUFFIX)][:MAX_FILES]
 
 

@@ -29,6 +29,7 @@ from ..process._owner import OWNER
 from ..records._manifest import failed_call
 from ..util._errors import ConfigError
 from ..util._log import logger, warn_once
+from ..util._untrusted import open_regular
 
 R = TypeVar("R")
 
@@ -279,7 +280,7 @@ def listing(actor: Any) -> list[tuple[str, int]]:
         return []
     root = runtime.save_path
     files: dict[str, int] = {}
-    with open(writer.path, "rb") as shard:
+    with open_regular(writer.path, root) as shard:
         for line in shard:
             try:
                 record = json.loads(line)
@@ -312,6 +313,6 @@ def read_chunk(actor: Any, relative: str, offset: int, size: int) -> bytes:
     path = (root / relative).resolve()
     if root not in path.parents:
         raise ValueError(f"{relative!r} is not under this worker's save_path")
-    with open(path, "rb") as file:
+    with open_regular(path, root) as file:  # a regular file of one name, never a link
         file.seek(offset)
         return file.read(size)

@@ -24,12 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Final
 
+from ._fs import walk
+
 #: JSON nested deeper than this is refused as damaged (a trace event is about 6 deep; Python's
 #: own recursion limit, ``repr`` and ``orjson.dumps``'s 254 levels all lie far above it).
 MAX_DEPTH: Final = 128
 
 #: Files listed at most in one folder a manifest names (an engine writes a few per capture).
 MAX_FILES: Final = 10_000
+#: Names listed at most from one folder of a run (the manifest folder of a 10,000-process job holds ~40,000).
+MAX_LISTED: Final = 100_000
 
 #: A command inflates at most this many times the compressed bytes it reads...
 INFLATE_RATIO: Final = 100
@@ -112,6 +116,20 @@ def files_under(root: str | os.PathLike[str], folder: str, limit: int = MAX_FILE
                 if len(found) >= limit:
                     return found
     return found
+
+
+def names_in(root: str | os.PathLike[str], folder: str, limit: int = MAX_FILES) -> list[str]:
+    """Return the names in ``folder`` below ``root``, sorted, listed through a folder descriptor.
+
+    The folder is reached with no link followed at any component below ``root`` (``[]`` when a link,
+    a file or nothing is there); the names are listed, not opened: a reader opens each with
+    :func:`open_regular`, which refuses links and other non-regular files. At most ``limit`` names.
+    """
+    try:
+        with walk(root, folder, create=False) as held:
+            return sorted(entry.name for entry in held.entries(limit))
+    except (OSError, ValueError):
+        return []
 
 
 def inside(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> bool:
