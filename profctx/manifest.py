@@ -704,7 +704,9 @@ class ManifestReader:
     def _first_to_name(self, name: str, record: dict[str, Any]) -> bool:
         """Return whether ``record`` names no trace file an earlier capture names (else it is noted as a repeat)."""
         files = record.get("files")
-        if type(files) is not list or not files:
+        if type(files) is not list or not files or record.get("kind") == "engine":
+            # An engine's record lists what its output folder holds, which a re-run of the same step shares:
+            # naming an earlier capture's file there is no repeat.
             return True
         key = record.get("capture")
         key = key if type(key) is str else ""
