@@ -32,10 +32,12 @@ DELAY = 0.06
 #: What the trace's clock and ``perf_counter`` may disagree by on one interval (as in test_real_traces.py).
 CLOCKS_S = 5e-5
 CLOCKS_REL = 1e-4
+#: The workers' timers by (step, rank): (generate's body's seconds, the whole call's seconds).
+Timers = dict[tuple[int, int], tuple[float, float]]
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Summary, dict[tuple[int, int], tuple[float, float]]]]:
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Summary, Timers]]:
     save = tmp_path_factory.mktemp("ray")
     path = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p)
     ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False,
@@ -51,7 +53,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Summary, dic
         workers = [remote.remote(0.0), remote.remote(DELAY)]
         profctx.configure(steps="2:4", mode="step", ranks="all", save_path=str(save))
         pray.group("gen", workers)
-        timers: dict[tuple[int, int], tuple[float, float]] = {}
+        timers: Timers = {}
         for step in range(1, 5):
             with profctx.profile_step(step), profctx.profile_step(role="rollout"):
                 # Each worker times generate's body (inside its range) and the call around it (holding it).
@@ -65,7 +67,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Summary, dic
         ray.shutdown()
 
 
-def test_worker_roles_times_and_straggler(run: tuple[Summary, dict[tuple[int, int], tuple[float, float]]]) -> None:
+def test_worker_roles_times_and_straggler(run: tuple[Summary, Timers]) -> None:
     summary, timers = run
     assert summary.steps == [2, 3]
     assert {p.role for p in summary.phases} == {"generate", "rollout"}

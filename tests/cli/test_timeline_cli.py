@@ -44,7 +44,8 @@ RANK_LOOP = """
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     save = tmp_path_factory.mktemp("two-ranks")
-    code = textwrap.dedent(RANK_LOOP.format(save=str(save), steps=STEPS, lag=LAG_S, slow=SLOW_STEP, straggler=STRAGGLER_STEP))
+    code = textwrap.dedent(RANK_LOOP.format(save=str(save), steps=STEPS, lag=LAG_S, slow=SLOW_STEP,
+                                            straggler=STRAGGLER_STEP))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROFCTX_")}
     procs = [subprocess.Popen([sys.executable, "-c", code], env={**env, "RANK": str(rank), "WORLD_SIZE": "2",
                                                                  "TORCHELASTIC_RUN_ID": "tl-two-ranks"},
