@@ -200,20 +200,41 @@ def test_auto_capture_defaults() -> None:
 
 # -- a live run, triggered from another process ---------------------------------------------------
 
-#: The live run: loops steps (two roles, small sleeps) until ``SAVE/stop`` appears; configured on demand.
+#: The live run: loops steps (two roles, small sleeps) until ``SAVE/stop`` appears or the test that started
+#: it is gone (no deadline a loaded machine could reach first); configured on demand. With ``LOOP_FOLLOW``, a
+#: rank never ends a step before rank 0 ended it (rank 0 notes its steps in ``SAVE/../rank0.step``), as a
+#: collective in each step would hold it: ranks with none between them may run ahead of the one that names
+#: the steps and skip a request (see profctx.process._ondemand), which is not what these tests check.
 LOOP = textwrap.dedent('''
     import json, os, sys, time
     import profctx
     save, fields = sys.argv[1], json.loads(sys.argv[2])
     profctx.configure(save_path=save, on_demand=True, ranks="all", **fields)
     pause = float(os.environ.get("LOOP_SLEEP", "0.02"))
-    step, deadline = 0, time.time() + 90
-    while not os.path.exists(os.path.join(save, "stop")) and time.time() < deadline:
+    follow, parent = bool(os.environ.get("LOOP_FOLLOW")), os.getppid()
+    mark = os.path.join(os.path.dirname(save), "rank0.step")
+    stop = os.path.join(save, "stop")
+
+    def lead():
+        try:
+            with open(mark) as f:
+                return int(f.read())
+        except (OSError, ValueError):
+            return -1
+
+    step = 0
+    while not os.path.exists(stop) and os.getppid() == parent:
         with profctx.profile_step(step):
             with profctx.profile_step(role="rollout"):
                 time.sleep(pause)
             with profctx.profile_step(role="train"):
                 time.sleep(pause)
+        if os.environ.get("RANK") == "0":
+            with open(mark + ".tmp", "w") as f:
+                f.write(str(step))
+            os.replace(mark + ".tmp", mark)
+        while follow and lead() < step and not os.path.exists(stop) and os.getppid() == parent:
+            time.sleep(0.002)
         step += 1
     print(step, flush=True)
 ''')
@@ -306,8 +327,9 @@ def test_a_live_run_captures_exactly_the_steps_a_trigger_asks_for(tmp_path: Path
 def test_two_ranks_capture_the_same_steps(tmp_path: Path) -> None:
     save = tmp_path / "run"
     common = {"PROFCTX_RUN_ID": "two-ranks", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}
+    # Rank 1 is slower (the ranks are steps apart) and follows rank 0 (LOOP_FOLLOW: never a step ahead of it).
     procs = [start_loop(save, {"tool": "noop"}, RANK=str(rank), LOCAL_RANK=str(rank), **common,
-                        LOOP_SLEEP=str(0.02 + 0.01 * rank))  # rank 1 is slower: the ranks are steps apart
+                        LOOP_SLEEP=str(0.02 + 0.01 * rank), **({"LOOP_FOLLOW": "1"} if rank else {}))
              for rank in (0, 1)]
     try:
         wait_for(lambda: len(live_steps(save)) == 2 and min(live_steps(save)) >= 3, "both ranks to publish")
@@ -340,11 +362,21 @@ def _step_loop(until: Any, timeout: float = 30.0, pause: float = 0.01) -> int:
         step += 1
 
 
-def _request(save: Path, ahead: int, **fields: Any) -> Request:
+def _request(save: Path, ahead: int, *, read: bool = True, **fields: Any) -> Request:
+    """Write a request for ``ahead`` steps after the last one; with ``read``, return once the run has read it.
+
+    No step runs until then, so the request's first step is exactly ``ahead`` steps away when the run
+    decides on it, however late a loaded machine runs the poll thread.
+    """
     from profctx.process._ondemand import write_request
 
     request = Request(id=fields.pop("id", os.urandom(4).hex()), first=(OWNER.last_step or 0) + ahead, **fields)
     write_request(save, request)
+    if read:
+        runtime = OWNER.runtime
+        assert runtime is not None and runtime.ondemand is not None
+        ondemand = runtime.ondemand
+        wait_for(lambda: request.id in ondemand.known, f"the run to read request {request.id}")
     return request
 
 
@@ -433,7 +465,7 @@ def test_a_request_older_than_the_process_is_an_earlier_runs(tmp_path: Path, cap
     profctx.configure(save_path=tmp_path, on_demand=True, tool="noop")
     _step_loop(lambda: (OWNER.last_step or 0) >= 3)
     with caplog.at_level("WARNING", logger="profctx"):
-        old = _request(tmp_path, 100, id="old", time=time.time() - 3600)  # a restart found it in the folder
+        old = _request(tmp_path, 100, read=False, id="old", time=time.time() - 3600)  # a restart found it in the folder
         new = _request(tmp_path, 150, id="new", time=time.time())
         _step_loop(lambda: (OWNER.last_step or 0) > new.first + 1)
     profctx.flush()

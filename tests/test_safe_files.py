@@ -30,6 +30,7 @@ import pytest
 import profctx
 from profctx.cli import main
 from profctx.core._layout import safe
+from profctx.process._owner import OWNER
 from profctx.records._manifest import read
 from profctx.util._identity import hostname
 
@@ -186,36 +187,30 @@ def test_links_planted_at_the_shard_and_its_index_are_never_followed(shared: Pat
 def test_links_planted_in_a_step_folder_the_attacker_made_first(
     shared: Path, victim: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # The attacker makes step 1's folder and plants links at every name a trace could take in a window
-    # of 2.5 s (the file names carry the time in ms; the capture starts inside it), and at the temporary
-    # names earlier versions used; step 2's folder is a link to a folder of the victim's.
+    # The attacker makes step 1's folder and plants links at every name a trace could take (the file names
+    # carry the capture's start in ms), and at the temporary names earlier versions used; step 2's folder is
+    # a link to a folder of the victim's. The names are made certain, not raced against the clock (which a
+    # loaded machine loses): the run's span numbers are pinned an hour ahead (``Spans`` hands out one more
+    # than the last span while the clock is behind it), so step 1's trace takes span ``start`` exactly.
     folder = shared / "step000001" / "step"
     victim_folder = tmp_path / "victim-folder"
     victim_folder.mkdir()
     stem = f"rank0-of-1_{HOST}_{os.getpid()}"
-    planted: set[str] = set()
     with caplog.at_level(logging.WARNING, logger="profctx"):
-        profctx.configure(steps=[1, 2], save_path=shared, warmup=False)  # no import racing the clock
+        profctx.configure(steps=[1, 2], save_path=shared, warmup=False)
+        runtime = OWNER.runtime
+        assert runtime is not None
+        start = time.time_ns() // 1_000_000 + 3_600_000
+        runtime._spans._last = start - 1
         plant([("mkdir", str(folder)), ("link", str(victim_folder), str(shared / "step000002"))])
-        took = 1.0
-        for _attempt in range(4):  # the window must still lie ahead once planted (file systems can be slow)
-            start = time.time_ns() // 1_000_000 + int(took * 1500) + 300
-            ops: list[tuple[str, ...]] = []
-            for ms in range(start, start + 2500):
-                final = f"{stem}.{ms}.pt.trace.json"
-                ops.append(("link", str(victim), str(folder / f"{final}.gz")))
-                if ms < start + 200:
-                    ops.append(("link", str(victim), str(folder / f".{final}.tmp")))
-                    ops.append(("link", str(victim), str(folder / f".{final}.gz.tmp")))
-            began = time.monotonic()
-            plant(ops)
-            took = time.monotonic() - began
-            planted.update(op[2].rpartition("/")[2] for op in ops)
-            if time.time_ns() // 1_000_000 < start + 1000:
-                break
-        else:
-            pytest.fail("could not plant the links ahead of the clock")
-        time.sleep(max(0.0, start / 1000 - time.time()))
+        ops: list[tuple[str, ...]] = []
+        for ms in range(start, start + 50):  # the span and a few after it (an extra span taken counts too)
+            final = f"{stem}.{ms}.pt.trace.json"
+            ops += [("link", str(victim), str(folder / f"{final}.gz")),
+                    ("link", str(victim), str(folder / f".{final}.tmp")),
+                    ("link", str(victim), str(folder / f".{final}.gz.tmp"))]
+        plant(ops)
+        planted = {op[2].rpartition("/")[2] for op in ops}
         loop(range(1, 3))
         assert profctx.flush(30)
     assert victim.read_bytes() == VICTIM
@@ -226,6 +221,7 @@ def test_links_planted_in_a_step_folder_the_attacker_made_first(
     trace = shared / entry["path"]
     assert trace.parent == folder
     assert trace.name in planted, "the trace took a name where a link was planted"
+    assert trace.name == f"{stem}.{start}.pt.trace.json.gz"  # the pinned span: the first name planted
     assert any(e.get("name") == "aten::add" for e in trace_events(trace))
     assert records[2]["status"] == "failed" and "link" in records[2]["error"]
     assert not [p for p in folder.iterdir() if p.name.startswith(".profctx-tmp-")]

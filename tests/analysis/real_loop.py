@@ -8,8 +8,9 @@ Run as a script (a process of its own: torch's profiler is process-global), alon
 real torch operators with a sleep inside (so role times stand well above the profiler's noise),
 a user ``record_function`` inside a role and one outside every role; under torchrun a ``sync``
 role all-reduces over gloo, and ``--straggler`` seconds are added to rank 1's ``actor_update``.
-The time of each role's body, measured with ``time.perf_counter`` inside the ``with`` block, is
-written as JSON lines under ``--timers``/MODE (one file per rank): ``{"step", "role", "rank", "seconds"}``.
+The time of each role's body, measured with ``time.perf_counter`` inside the ``with`` block, and of
+the whole ``with`` statement, measured around it, are written as JSON lines under ``--timers``/MODE
+(one file per rank): ``{"step", "role", "rank", "seconds", "around"}``.
 """
 
 from __future__ import annotations
@@ -67,20 +68,25 @@ def run(dist: bool, rank: int, straggler: float) -> list[dict[str, object]]:
             with torch.profiler.record_function("user_data_loading"):  # inside the step, in no role
                 time.sleep(OUTSIDE)
             for role, nap in SLEEPS.items():
+                before = time.perf_counter()
                 with profctx.profile_step(role=role):
                     t0 = time.perf_counter()
                     with torch.profiler.record_function("user_inner"):  # a user range inside a role
                         for _ in range(10):
                             x = torch.tanh(x @ x)
                     time.sleep(nap + (straggler if role == "actor_update" and rank == 1 else 0.0))
-                    timers.append({"step": step, "role": role, "rank": rank, "seconds": time.perf_counter() - t0})
+                    seconds = time.perf_counter() - t0
+                timers.append({"step": step, "role": role, "rank": rank, "seconds": seconds,
+                               "around": time.perf_counter() - before})
             if dist:
+                before = time.perf_counter()
                 with profctx.profile_step(role="sync"):
                     t0 = time.perf_counter()
                     total = torch.ones(4096)
                     torch.distributed.all_reduce(total)
-                    timers.append({"step": step, "role": "sync", "rank": rank,
-                                   "seconds": time.perf_counter() - t0})
+                    seconds = time.perf_counter() - t0
+                timers.append({"step": step, "role": "sync", "rank": rank, "seconds": seconds,
+                               "around": time.perf_counter() - before})
     return timers
 
 

@@ -3,7 +3,8 @@
 The corpus is made once per module by ``real_loop.py``: one process running the loop in step,
 contiguous and role modes, and a 2-rank ``torch.distributed.run`` job (gloo, an all_reduce, a
 straggler sleep on rank 1). Each role's body is timed with ``time.perf_counter`` inside the
-``with`` block, so the role's range (opened just before the body, closed just after) holds it.
+``with`` block, so the role's range (opened just before the body, closed just after) holds it, and
+the whole ``with`` statement around it, which holds the range.
 """
 
 from __future__ import annotations
@@ -31,14 +32,10 @@ LOOP = HERE / "real_loop.py"
 MODES = ("step", "contiguous", "role")
 #: Extra seconds rank 1 sleeps in actor_update in the torchrun job.
 STRAGGLER = 0.08
-#: How far a role's time may exceed the timer around its body. The range opens before the timer
-#: starts and closes after it stops, so the range is never shorter; what it adds is profctx's and
-#: torch's own range bookkeeping: 0.11-0.22 ms on a 2-core CPU machine (measured on this corpus:
-#: step, contiguous and role modes and the torchrun job alike; 0.2-1.0 % of roles of 15 ms or more).
-#: 1 ms + 3 % leaves room for a busy machine while still failing for the profiler's own start and
-#: stop (2-9 ms per role capture here) counted in a role.
-TOLERANCE_S = 0.001
-TOLERANCE_REL = 0.03
+#: What the trace's clock and ``perf_counter`` may disagree by on one interval (the trace rounds to the
+#: microsecond; their rates differ by parts per million).
+CLOCKS_S = 5e-5
+CLOCKS_REL = 1e-4
 
 
 def _run(args: list[str], env: dict[str, str] | None = None) -> None:
@@ -54,12 +51,13 @@ def _run(args: list[str], env: dict[str, str] | None = None) -> None:
     assert proc.returncode == 0, out[-6000:]
 
 
-def _timers(folder: Path) -> dict[tuple[int, str, int], float]:
+def _timers(folder: Path) -> dict[tuple[int, str, int], tuple[float, float]]:
+    """The loop's timers by (step, role, rank): (its body's seconds, its ``with`` statement's seconds)."""
     found = {}
     for path in folder.glob("*.jsonl"):
         for line in path.read_text().splitlines():
             t = json.loads(line)
-            found[(t["step"], t["role"], t["rank"])] = t["seconds"]
+            found[(t["step"], t["role"], t["rank"])] = (t["seconds"], t["around"])
     return found
 
 
@@ -93,12 +91,21 @@ def _rank(process: str) -> int:
     return int(process.rsplit(" ", 1)[-1]) if process.startswith("rank ") else 0
 
 
-def _check_times(summary: Summary, timers: dict[tuple[int, str, int], float]) -> int:
+def _check_times(summary: Summary, timers: dict[tuple[int, str, int], tuple[float, float]]) -> int:
+    """Assert that each role's time holds its body's timer and lies in its ``with`` statement's; return how many.
+
+    Both are containments, exact whatever the machine's load (no margin a preempted thread can exceed). Out of
+    role mode the profiler starts and stops at step boundaries, outside the ``with`` statement, so a role time
+    that counted them (2-9 ms a capture) would exceed the outer timer; what lies between the two timers is
+    profctx's and torch's range bookkeeping (0.1-0.2 ms on a quiet 2-core machine). Role mode, whose captures
+    start inside the ``with`` statement, is checked for that by the overhead test below.
+    """
     checked = 0
     for phase in summary.phases:
         for process, seconds in phase.per_process.items():
-            timer = timers[(phase.step, phase.role, _rank(process))]
-            assert timer - 5e-5 <= seconds <= timer * (1 + TOLERANCE_REL) + TOLERANCE_S, (phase, process, timer)
+            inside, around = timers[(phase.step, phase.role, _rank(process))]
+            slack = CLOCKS_S + CLOCKS_REL * around
+            assert inside - slack <= seconds <= around + slack, (phase, process, inside, around)
             checked += 1
     return checked
 
@@ -133,7 +140,7 @@ def test_role_mode_leaves_the_profilers_start_and_stop_out(summaries: dict[str, 
     assert len(summary.captures) == 4
     for capture in summary.captures:
         ((step, role), (seconds, _)), = capture.role_steps.items()
-        timer = timers[(step, role, 0)]
+        timer, _ = timers[(step, role, 0)]
         assert capture.wall_s is not None and capture.overhead_s is not None and capture.overhead_s > 0
         assert seconds + capture.overhead_s == pytest.approx(capture.wall_s, abs=1e-3)
         assert abs(seconds - timer) < capture.wall_s - timer  # nearer the timer than the capture's wall

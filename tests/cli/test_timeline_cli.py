@@ -18,9 +18,16 @@ STEPS = 30
 STRAGGLER_STEP = 12
 SLOW_STEP = 25
 
+#: How much longer the injected straggler's train role and the slow step's rollout role sleep (seconds).
+#: Large against what the marks compare it with, so that no scheduling delay of a loaded machine flips them:
+#: the straggler's train role (0.608 s at least: a sleep is never shorter) is marked while it exceeds 1.5x the
+#: other rank's, which would need that rank's 8 ms sleep in that one step to overrun by 0.4 s; the slow step
+#: (0.6 s of rollout) is an anomaly while it exceeds 2x the median of the 20 steps before it, which would
+#: need more than half of those 20 ms steps to overrun by 0.28 s each.
+LAG_S = 0.6
+
 #: One rank of a 2-rank job, launched as torchrun would (RANK, WORLD_SIZE, one run id): 20 ms steps; rank 1 is
-#: 50 ms late in step 12 (a straggler, clear of the noise a loaded machine adds); both ranks take 100 ms in
-#: step 25 (an anomaly).
+#: LAG_S late in step 12's train role (a straggler); both ranks take LAG_S in step 25's rollout (an anomaly).
 RANK_LOOP = """
     import os, time, profctx
     rank = int(os.environ["RANK"])
@@ -28,16 +35,17 @@ RANK_LOOP = """
     for step in range(1, {steps} + 1):
         with profctx.profile_step(step):
             with profctx.profile_step(role="rollout"):
-                time.sleep(0.1 if step == {slow} else 0.012)
+                time.sleep({lag} if step == {slow} else 0.012)
             with profctx.profile_step(role="train"):
-                time.sleep(0.008 + (0.05 if rank == 1 and step == {straggler} else 0.0))
+                time.sleep(0.008 + ({lag} if rank == 1 and step == {straggler} else 0.0))
 """
 
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     save = tmp_path_factory.mktemp("two-ranks")
-    code = textwrap.dedent(RANK_LOOP.format(save=str(save), steps=STEPS, slow=SLOW_STEP, straggler=STRAGGLER_STEP))
+    code = textwrap.dedent(RANK_LOOP.format(save=str(save), steps=STEPS, lag=LAG_S, slow=SLOW_STEP,
+                                            straggler=STRAGGLER_STEP))
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROFCTX_")}
     procs = [subprocess.Popen([sys.executable, "-c", code], env={**env, "RANK": str(rank), "WORLD_SIZE": "2",
                                                                  "TORCHELASTIC_RUN_ID": "tl-two-ranks"},
@@ -77,11 +85,11 @@ def test_json_document(two_ranks: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert len(doc["steps"]) == STEPS and sorted(doc["roles"]) == ["rollout", "train"]
     straggling = {row["step"]: row["stragglers"] for row in doc["steps"] if row["stragglers"]}
     assert [s["process"] for s in straggling[STRAGGLER_STEP]] == ["rank1"]
-    assert straggling[STRAGGLER_STEP][0]["ratio"] > 1.5
+    assert straggling[STRAGGLER_STEP][0]["ratio"] > 1.5  # the rule itself; LAG_S puts it far above (see LAG_S)
     assert SLOW_STEP in doc["anomalies"]
     slow = doc["steps"][SLOW_STEP - 1]
     assert slow["anomaly"]["ratio"] > 2 and slow["anomaly"]["history"] == 20
-    assert slow["roles"]["rollout"]["time_s"] >= 0.1 and slow["roles"]["rollout"]["count"] == 2
+    assert slow["roles"]["rollout"]["time_s"] >= LAG_S and slow["roles"]["rollout"]["count"] == 2
     assert doc["rules"]["anomaly"]["factor"] == 2.0 and doc["rules"]["straggler"]["ratio"] == 1.5
 
 

@@ -106,7 +106,9 @@ def test_step_times_lie_inside_lightnings_batch_events(run: dict[str, Any]) -> N
     steps, spans = run["steps"], run["clock"].spans
     assert len(spans) == len(steps) == STEPS
     assert all(s["time_s"] <= t + 1e-6 for s, t in zip(steps, spans, strict=True))  # same clock, nested calls
-    assert sum(s["time_s"] for s in steps) >= 0.5 * sum(spans)  # apart by Lightning's hook code between them
+    # And they hold the work inside them: the slow step its sleep (never shorter), a bound no load can break,
+    # where the sum of the step times had to be half the batch events' at least.
+    assert steps[SLOW]["step"] == SLOW and steps[SLOW]["time_s"] >= SLEEP_S
 
 
 def test_a_slow_training_step_is_caught_by_auto_capture_through_the_profiler(run: dict[str, Any]) -> None:

@@ -6,13 +6,16 @@ and, where the framework offers one, just around it. The range profctx drew, rea
 real trace, must hold the inner interval and lie within the outer one, in every step: both are
 exact bounds whatever the machine's load.
 
-Where the outer interval is loose (it holds the start of the step's capture), the range must also
-exceed the inner interval by no more than what runs between the two: the framework's dispatch of a
-hook and profctx's range bookkeeping, 0.02-0.3 ms measured on a shared 2-core machine (Lightning's
-hooks, the ``Trainer``'s callbacks and a TRL reward function alike). On that machine under load a
-preempted thread once added 25 ms to one range, so the excess is compared in the step where it is
-least (:func:`least_excess`): what profctx would count by mistake (the profiler's own start or stop,
-15-130 ms per capture there) is in every step, a preemption in one.
+Where the outer interval is loose (it holds the start of the step's capture), no timer the test
+can take holds the range tighter, so one bound stays on wall-clock time, made generous: the range
+must exceed the inner interval by at most :data:`TOLERANCE_S` (10 ms) in the step where it exceeds
+it least (:func:`least_excess`). What lies between the two is the framework's dispatch of a hook
+and profctx's range bookkeeping, 0.02-0.3 ms measured on a shared 2-core machine (Lightning's
+hooks, the ``Trainer``'s callbacks and a TRL reward function alike), 2.7 ms once under load. What
+profctx would count by mistake is the profiler's own start or stop, 15-130 ms of CPU work per
+capture there on a quiet machine (more on a loaded one), in every step. Load flips the bound only
+by preempting the thread inside that sub-millisecond window in every step of the run (once, a
+preempted thread added 25 ms to one range): hence the least step, not each.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ from profctx.analysis import TraceFigures, read_figures
 #: rounds to the nanosecond, and their rates may differ by parts per million.
 CLOCKS_S = 1e-4
 CLOCKS_REL = 1e-4
-#: How far a range may exceed the timers just inside it, in the step where it exceeds them least.
-TOLERANCE_S = 0.002
+#: How far a range may exceed the timers just inside it, in the step where it exceeds them least:
+#: 30x the quiet figure, under the 15 ms that the error it catches costs at the least (module docstring).
+TOLERANCE_S = 0.010
 
 
 class Stamps:

@@ -21,6 +21,12 @@ from _fault_actors import KINDS, HangingStart, Member, SlowPrepare, SlowStart, s
 
 pytestmark = pytest.mark.slow
 
+#: What a step may take beyond the wait it is promised to bound ("a fault costs at most control_timeout + C"):
+#: its own Ray calls and capture, tens of ms on a quiet 2-core machine. 30 s leaves a loaded one (load average
+#: 30) ample room and still fails for the cost a fault had before (Ray's own 300 s wait, at every call). That
+#: the other steps waited for nothing is counted, not timed: the records and calls each test names.
+SLACK_S = 30.0
+
 
 @pytest.fixture(autouse=True)
 def _fresh() -> Any:
@@ -183,24 +189,27 @@ def test_the_members_warm_up_lands_in_no_capture_of_the_driver(ray_cluster: Any,
 
     try:
         ray.get(actor.work.remote())  # started, not yet a member
-        t0 = time.monotonic()
+        t0 = time.time()  # the records' clock
         pray.group("actor", [actor])
         if driver == "sync":
             with profctx.profile_step(1):
                 ray.get(actor.work.remote())
         else:
             asyncio.run(step())
-        assert time.monotonic() - t0 >= SlowPrepare.PREPARE_S  # the member did warm up before its step
         assert pray.flush() == [True]
     finally:
         ray.kill(actor)
     (mine,) = [r for r in _manifest.read(tmp_path) if r.get("group") is None and r["status"] == "ok"]
-    assert mine["end_time"] - mine["start_time"] < SlowPrepare.PREPARE_S / 2, mine
+    # The capture opened once the warm-up (a sleep of PREPARE_S, never shorter) was over: a lower bound that
+    # load only widens, where the capture's length had to stay under PREPARE_S / 2.
+    assert mine["start_time"] >= t0 + SlowPrepare.PREPARE_S, (mine, t0)
 
 
 @pytest.mark.parametrize("kind", ["threaded", "async", "sync"])
 def test_a_frozen_member_is_lost_once_then_rejoins(ray_cluster: Any, tmp_path: Path, kind: str) -> None:
-    timeout = 2.0
+    # A sync member is never waited for: its step walls stay under the timeout, which is made 3 s more for it
+    # (a sleep of it below, nothing else) so that a loaded machine's slow Ray calls stay far under it too.
+    timeout = 5.0 if kind == "sync" else 2.0
     profctx.configure(steps="1:9", mode="step", ranks="all", profile_driver=False, save_path=tmp_path,
                       tool="recording", warmup=False)
     actors = [KINDS[kind]().remote() for _ in range(2)]
@@ -220,9 +229,14 @@ def test_a_frozen_member_is_lost_once_then_rejoins(ray_cluster: Any, tmp_path: P
                     time.sleep(timeout)  # never waited for: found lost once its answer is overdue
         finally:
             os.kill(frozen.pid, signal.SIGCONT)
-        # Waited at most once, the timeout (not at every step: 300 s each before).
-        assert sum(w >= timeout for w in walls) == (kind != "sync") and max(walls) < 3 * timeout, walls
-        assert frozen.lost is not None and "within 2s" in frozen.lost
+        # Step 1 waited the timeout (a wait is never shorter), at most SLACK_S more; a sync member's, not at all.
+        # No later step waited (300 s each before): the driver sent the member step 1's entry alone (the member's
+        # records below: it missed step 1 only) and found it lost once (one row of the driver's).
+        if kind == "sync":
+            assert walls[0] < timeout, walls
+        else:
+            assert timeout <= walls[0] < timeout + SLACK_S, walls
+        assert frozen.lost is not None and f"within {timeout:g}s" in frozen.lost
         ray.get(actors[1].__ray_call__.remote(state), timeout=60)  # thawed: it answers again
         back = None
         for step in range(5, 9):  # it answers what it owed, is told to leave step 1, then rejoins
@@ -239,7 +253,7 @@ def test_a_frozen_member_is_lost_once_then_rejoins(ray_cluster: Any, tmp_path: P
     records = _manifest.read(tmp_path)
     lost = [r for r in records if r.get("lost") and r.get("group") is None]  # the driver's rows
     assert [(r["target_group"], r["target_rank"], r["target_pid"]) for r in lost] == [("actor", 1, frozen.pid)]
-    assert "no answer to 'enter step' within 2s" in lost[0]["error"]
+    assert f"no answer to 'enter step' within {timeout:g}s" in lost[0]["error"]
     steps = sorted((r["rank"], r["steps"][0]) for r in records if r.get("group") == "actor" and r["status"] == "ok")
     assert [s for r, s in steps if r == 0] == [1, 2, 3, 4, 5, 6, 7, 8]
     # Step 1's entry was served after the driver had given up on it: not captured, recorded lost by the member.
@@ -362,7 +376,9 @@ def test_an_async_driver_awaits_a_frozen_member_at_most_its_timeout(ray_cluster:
             walls = asyncio.run(steps())
         finally:
             os.kill(frozen.pid, signal.SIGCONT)
-        assert sum(w >= timeout for w in walls) == 1 and max(walls) < 3 * timeout, walls
+        # Step 1 awaited the timeout (never shorter), at most SLACK_S more; the member is then lost and not
+        # called again (the flush below, the one row of the driver's), so no later step awaits it.
+        assert timeout <= walls[0] < timeout + SLACK_S, walls
         assert frozen.lost is not None
         assert asyncio.run(pray.flush_async()) == [True, False]  # the lost one is not called
     finally:
@@ -386,7 +402,9 @@ def test_a_member_hung_in_its_step_entry_costs_one_control_timeout_and_is_record
             with profctx.profile_step(step):
                 assert ray.get(actors[0].work.remote()) == step
             walls.append(time.monotonic() - t0)
-        assert timeout <= walls[0] < 3 * timeout and max(walls[1:]) < timeout, walls  # waited once, boundedly
+        # Waited once, boundedly: step 1 the timeout (never shorter) and at most SLACK_S more; then the member is
+        # lost and never called again (the flush below), and rank 0 captured every step (the records below).
+        assert timeout <= walls[0] < timeout + SLACK_S, walls
         hung = grp.members[1]
         assert hung.lost is not None and "no answer to 'enter step' within 2s" in hung.lost
         assert pray.flush(timeout=1) == [True, False]  # the hung one is not called again
@@ -404,7 +422,8 @@ def test_a_killed_member_is_recorded_lost_once_and_never_waited_for(ray_cluster:
                       tool="recording", warmup=False)
     actors = [ray.remote(num_cpus=0, max_restarts=0)(Member).remote() for _ in range(2)]
     try:
-        grp = pray.group("actor", actors, control_timeout=5.0)
+        # A control timeout far beyond any step a loaded machine runs: a step that waited it out is unmistakable.
+        grp = pray.group("actor", actors, control_timeout=SLACK_S)
         killed = grp.members[1]
         assert killed.pid is not None
         with profctx.profile_step(1):
@@ -419,7 +438,7 @@ def test_a_killed_member_is_recorded_lost_once_and_never_waited_for(ray_cluster:
                     (dead,) = pray.fan_out([(actors[1], "work")], return_exceptions=True)
                     assert isinstance(dead, ray.exceptions.RayActorError)
             walls.append(time.monotonic() - t0)
-        assert max(walls) < 5.0, walls  # a death is an answer: no step waits out the control timeout
+        assert max(walls) < SLACK_S, walls  # a death is an answer: no step waits out the control timeout
         # flush() waits for the answers still owed (a sync member's are read late): the death is one of them.
         assert pray.flush(timeout=1) == [True, False]
         assert killed.dead and killed.lost is not None and killed.lost.startswith("died")

@@ -159,7 +159,11 @@ def test_node_b_dying_mid_step_costs_one_control_timeout_and_keeps_what_was_copi
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["collect"] == [False, True]  # node B does not see the driver's folder: its files are copied
     walls = seen["walls"]
-    assert walls[0] < 3 * seen["timeout"] and max(walls[1:]) < seen["timeout"], walls
+    # Step 3 (node B died in it) costs at most the control timeout plus 30 s, what a step's own Ray calls and
+    # capture may take on a loaded machine (tens of ms on a quiet one; the cost before was Ray's 300 s wait at
+    # every call). Steps 4 and 5 wait for nothing: the member is lost and not called again (the flush), which
+    # is counted, not timed.
+    assert walls[0] < seen["timeout"] + 30.0, walls
     assert seen["lost"] is not None and seen["flushed"] == [True, False]
     records = _manifest.read(runs)
     rows = {(r["rank"], r["steps"][0]): r for r in records if r.get("group") == "actor"}
