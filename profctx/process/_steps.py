@@ -218,8 +218,29 @@ class Steps:
 
     def end(self) -> None:
         """End the open step and its roles; do nothing when no step is open."""
-        if self._top is not None:
+        top = self._top
+        if top is None:
+            return
+        timed = self._timed
+        if timed is None or top.parent is not None or top.session is not None:
             self._end_all(False)
+            return
+        # A step out of the window, no role open (the common case): _end_all, written out.
+        self._timed = self._top = None
+        end = _clock()
+        timeline = timed[0]
+        events = timeline.events
+        if timed[3] is not None:
+            events.append((timed[3], timed[4], end))
+        events.append((timed[1], timed[2], end))
+        if end >= timeline.due or len(events) >= FLUSH_EVENTS:
+            timeline.hand_over(end)
+        owner = OWNER
+        counted = owner.timed  # untime(), written out
+        if counted:
+            counted.pop()
+        if owner.held is top:
+            owner.held = None
 
     def begin_role(self, role: str, **tags: Any) -> None:
         """Enter ``role`` inside the open step; do nothing when no step is open.
@@ -283,7 +304,8 @@ class Steps:
             # The common case out of the window: the step's top-level role, innermost, opening nothing. What
             # the general path below does for it, written out: the timeline's append and the mark popped.
             parent = top.parent
-            if parent is not None and parent.parent is None and top.added == role_parts(role):
+            # (``(role,)``: role_parts(role) for a role of one part, without the call; "a/b" takes the path below.)
+            if parent is not None and parent.parent is None and top.added == (role,):
                 events = timed[0].events
                 events.append((role, timed[4], _clock()))
                 if len(events) >= FLUSH_EVENTS:
@@ -336,7 +358,7 @@ class Steps:
             parent = top.parent
             owner = OWNER
             rt = owner.runtime
-            if (parent is not None and parent.parent is None and owner.held is top and top.added == role_parts(ending)
+            if (parent is not None and parent.parent is None and owner.held is top and top.added == (ending,)
                     and (rt is None or top.step not in rt.busy_roles)):
                 mark: Mark = _new(Mark)
                 mark.added = role_parts(beginning)  # (raises for a role such as "/")
