@@ -159,3 +159,49 @@ def test_a_watched_role_that_is_slow_yields_one_capture_of_the_next_step(
     trigger = captures[0].trigger
     assert trigger is not None
     assert trigger["reason"].startswith("role rollout in step 12 took "), trigger["reason"]
+
+
+def test_a_watched_role_no_step_runs_is_said_once_with_the_roles_seen(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A typo in ``auto_capture.role``: said after a window of judged steps without it, once, not silently never."""
+    def loop(steps: int) -> list[int]:
+        """Run ``steps`` steps marked as the HF callback marks them; return the steps after which it was said."""
+        marks = profctx.Steps()
+        said = []
+        for step in range(1, steps + 1):
+            marks.begin(step)
+            for role in ("training_step", "optimizer_step"):
+                marks.begin_role(role)
+                marks.end_role(role)
+            marks.end()
+            said += [step] * len([m for m in caplog.messages if "was in none of the" in m])
+            caplog.clear()
+        return said
+
+    with caplog.at_level("WARNING", logger="profctx"):
+        profctx.configure(save_path=tmp_path / "typo", tool="noop", auto_capture={"window": 4, "role": "trainig_step"})
+        said = loop(12)
+        # Step 1 is judged as step 2 begins: the 4th judged step (step 4) is judged as step 5 begins.
+        assert said == [5]
+        profctx.reset()
+        caplog.clear()
+        profctx.configure(save_path=tmp_path / "right", tool="noop",
+                          auto_capture={"window": 4, "role": "training_step"})
+        assert loop(12) == []
+    profctx.reset()
+
+
+def test_the_unseen_role_warning_names_the_role_and_the_roles_seen(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    profctx.configure(save_path=tmp_path, tool="noop", auto_capture={"window": 3, "role": "rolout"})
+    with caplog.at_level("WARNING", logger="profctx"):
+        for step in range(1, 8):
+            with profctx.profile_step(step):
+                with profctx.profile_step(role="rollout"):
+                    pass
+                with profctx.profile_step(role="train"):
+                    pass
+    said = [m for m in caplog.messages if "was in none of the" in m]
+    assert len(said) == 1
+    assert "auto_capture.role='rolout'" in said[0] and "'rollout', 'train'" in said[0], said[0]
+    assert read(tmp_path) == []

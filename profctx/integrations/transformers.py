@@ -126,8 +126,7 @@ class ProfctxCallback(TrainerCallback):  # type: ignore[misc]
         role = self.micro_batch_role
         if self._live and role is not None:
             try:
-                self.steps.end_role(role)
-                self.steps.begin_role(role)
+                self.steps.switch_role(role, role)
             except Exception as exc:  # noqa: BLE001 - never breaks training (re-raised under on_error="raise")
                 _failed(exc)
 
@@ -136,12 +135,8 @@ class ProfctxCallback(TrainerCallback):  # type: ignore[misc]
                               lr_scheduler: Any = None, train_dataloader: Any = None, eval_dataloader: Any = None,
                               **kwargs: Any) -> None:
         if self._live:
-            steps = self.steps
             try:
-                if self.micro_batch_role is not None:
-                    steps.end_role(self.micro_batch_role)
-                if self.optimizer_role is not None:
-                    steps.begin_role(self.optimizer_role)
+                self.steps.switch_role(self.micro_batch_role, self.optimizer_role)
             except Exception as exc:  # noqa: BLE001 - never breaks training (re-raised under on_error="raise")
                 _failed(exc)
 

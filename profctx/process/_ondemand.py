@@ -159,6 +159,11 @@ class OnDemand:
         self._role_done: dict[int, float] = {}
         self._role_partial: tuple[float, bool] = (0.0, False)
         self._role_read: Any = None
+        #: Whether the watched role ran in any step yet; the steps judged without it until then, and the
+        #: top-level roles the timeline held meanwhile (a few, for the warning that the role is never seen).
+        self._role_ever = False
+        self._role_missing = 0
+        self._roles_seen: set[str] = set()
         #: Ids of the captures started and not finished yet (recording, or their files being written).
         self.unfinished: set[Any] = set()
         #: Anomaly captures this process decided (each also an accepted request, here or, for rank 0, everywhere).
@@ -630,8 +635,15 @@ class OnDemand:
         if busy or writing:
             return
         seconds = now - began if auto.role is None else self._role_done.pop(last, None)
-        if seconds is None:
-            return  # the watched role did not run in that step (or the timeline is off)
+        if seconds is None:  # the watched role did not run in that step (or the timeline is off)
+            if auto.role is not None and not self._role_ever and getattr(rt, "timeline", None) is not None:
+                self._role_missing += 1
+                if self._role_missing == auto.window:
+                    seen = ", ".join(repr(name) for name in sorted(self._roles_seen)) or "none"
+                    warn_once("auto-capture-role-unseen", "profctx: auto_capture.role=%r was in none of the %d "
+                              "steps so far (the roles seen: %s): no step is judged until it runs; check the "
+                              "role's name against the roles the loop marks", auto.role, auto.window, seen)
+            return
         history = self.history
         # A step within factor x the fastest step kept is within factor x the median: no sort needed.
         median = anomaly(seconds, list(history), auto.factor, auto.window) if (
@@ -690,12 +702,17 @@ class OnDemand:
         role = auto.role
         spent, ran = self._role_partial
         done = self._role_done
+        seen = None if self._role_ever else self._roles_seen  # (noted until the role is first seen)
         for entry in reversed(new):
             name = entry[0]
             if type(name) is str:
                 if name == role or name.partition("/")[0] == role:
                     spent += entry[2] - entry[1]
                     ran = True
+                    self._role_ever = True
+                    seen = None
+                elif seen is not None and len(seen) < 16:
+                    seen.add(name)
                 continue
             if ran and type(name) is int:
                 done[name] = spent

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from threading import get_ident
 from types import TracebackType
 from typing import Any, final
 
 from ..core._scope import ROOT, Scope, Unfrozen, merge_tags, role_parts
 from ..util._errors import ConfigError
 from ..util._log import warn_once
-from ._block import Session, check, note_raised, untime
+from ._block import Session, check, note_raised
 from ._capture import Capture
 from ._owner import OWNER
 from ._timeline import FLUSH_EVENTS
@@ -24,10 +23,10 @@ class Mark:
     with no step of their own are inside ``scope`` and record into ``target``. ``session`` is
     ``None`` when the plan could open nothing for it (out of the window): the mark then only
     names the scope, built when first read. :meth:`release` ends this mark and the marks it is
-    nested in (process exit, ``profctx.reset()``).
+    nested in (process exit, ``profctx.reset()``). Such marks are built by :func:`idle`.
     """
 
-    __slots__ = ("_scope", "added", "parent", "session", "step", "tags", "target", "thread")
+    __slots__ = ("_scope", "added", "parent", "session", "step", "tags", "target")
 
     target: Capture | None
 
@@ -43,7 +42,6 @@ class Mark:
         opened = session.opened if session is not None else None
         target = opened.target if opened is not None else None
         self.target = target if target is not None or parent is None else parent.target
-        self.thread = get_ident()
 
     @property
     def scope(self) -> Scope:
@@ -71,6 +69,26 @@ class Mark:
     def release(self, in_flight: bool = False) -> None:
         """End this mark and every mark it is nested in, innermost first."""
         pop_all(self, None, in_flight)
+
+
+_new = object.__new__
+
+
+def idle(step: int, added: tuple[str, ...], tags: dict[str, Any], parent: Mark | None) -> Mark:
+    """Return a mark that opens nothing: ``Mark(step, added, tags, None, parent)`` without its tests.
+
+    Out of the window every step and role the integrations mark is one of these: the stores
+    alone, no session to look at (a Python call and a few branches less per mark).
+    """
+    mark: Mark = _new(Mark)
+    mark.step = step
+    mark.added = added
+    mark.tags = tags
+    mark.session = None
+    mark.parent = parent
+    mark._scope = None
+    mark.target = None if parent is None else parent.target
+    return mark
 
 
 def pop_all(mark: Mark | None, last: Mark | None, in_flight: bool) -> None:
@@ -179,9 +197,14 @@ class Steps:
         rt = owner.runtime
         if rt is not None and rt.watch is not None and step >= 0:  # (a negative step: a warm-up or eval pass)
             rt.watch(step)  # the anomaly watch (``auto_capture``): it may add this step to the window
-        if owner.env_read and (rt is None or rt.opens_nothing(step, True)):  # nothing can open: name it only
+        # Runtime.opens_nothing(step, True), written out (one Python call less per step).
+        if owner.env_read and (rt is None or step not in rt.busy_steps):  # nothing can open: name it only
             owner.last_step = step
-            mark = Mark(step, (), tags, None, None)
+            mark = _new(Mark)  # idle(step, (), tags, None), written out
+            mark.step = step
+            mark.added = ()
+            mark.tags = tags
+            mark.session = mark.parent = mark._scope = mark.target = None
         else:
             session = Session(ROOT, step, None, tags)
             session.context = None  # a held step nests in nothing, whatever the calling task holds
@@ -195,21 +218,57 @@ class Steps:
 
     def end(self) -> None:
         """End the open step and its roles; do nothing when no step is open."""
-        if self._top is not None:
-            self._end_all(in_flight=False)
+        top = self._top
+        if top is None:
+            return
+        timed = self._timed
+        if timed is None or top.parent is not None or top.session is not None:
+            self._end_all(False)
+            return
+        # A step out of the window, no role open (the common case): _end_all, written out.
+        self._timed = self._top = None
+        end = _clock()
+        timeline = timed[0]
+        events = timeline.events
+        if timed[3] is not None:
+            events.append((timed[3], timed[4], end))
+        events.append((timed[1], timed[2], end))
+        if end >= timeline.due or len(events) >= FLUSH_EVENTS:
+            timeline.hand_over(end)
+        owner = OWNER
+        counted = owner.timed  # untime(), written out
+        if counted:
+            counted.pop()
+        if owner.held is top:
+            owner.held = None
 
     def begin_role(self, role: str, **tags: Any) -> None:
         """Enter ``role`` inside the open step; do nothing when no step is open.
 
         A role open under the same name is ended first (its end was missed).
         """
+        top = self._top
+        timed = self._timed
+        if (timed is not None and top is not None and top.session is None and top.parent is None and timed[3] is None
+                and not tags and type(role) is str and role and OWNER.held is top):
+            # The common case out of the window: the step's first top-level role, timed, opening nothing.
+            # What the general path below does for it, written out: the clock read, and a mark that names it.
+            rt = OWNER.runtime
+            if rt is None or top.step not in rt.busy_roles:  # Runtime.opens_nothing(step, False), written out
+                mark: Mark = _new(Mark)  # idle(top.step, role_parts(role), tags, top), written out
+                mark.added = role_parts(role)  # (raises for a role such as "/")
+                mark.step = top.step
+                mark.tags = tags
+                mark.session = mark._scope = mark.target = None  # (the step's target: None, as it opens nothing)
+                mark.parent = top
+                timed[3], timed[4], timed[5] = role, _clock(), 0
+                OWNER.held = self._top = mark
+                return
         if type(role) is not str or not role:
             check(None, role)
             role_parts(role)  # raises for an empty role
-        top = self._top
         if top is None or OWNER.held is not top:
             return
-        timed = self._timed
         if timed is not None:  # the timeline: the first role begun in the step is its top-level role
             if timed[3] is None or timed[3] == role:
                 if timed[3] is not None:  # begun again: its end was missed
@@ -228,7 +287,7 @@ class Steps:
             top = self._top
             assert top is not None
         if rt is None or rt.opens_nothing(top.step, False):
-            mark = Mark(top.step, parts, tags, None, top)
+            mark = idle(top.step, parts, tags, top)
         else:
             session = Session(top.scope, None, role, tags)
             session.context = top.target
@@ -239,6 +298,23 @@ class Steps:
     def end_role(self, role: str | None = None) -> None:
         """End ``role`` (default: the innermost) and the roles inside it; nothing if it is not open."""
         timed = self._timed
+        top = self._top
+        if (timed is not None and top is not None and top.session is None and role is not None and role == timed[3]
+                and not timed[5]):
+            # The common case out of the window: the step's top-level role, innermost, opening nothing. What
+            # the general path below does for it, written out: the timeline's append and the mark popped.
+            parent = top.parent
+            # (``(role,)``: role_parts(role) for a role of one part, without the call; "a/b" takes the path below.)
+            if parent is not None and parent.parent is None and top.added == (role,):
+                events = timed[0].events
+                events.append((role, timed[4], _clock()))
+                if len(events) >= FLUSH_EVENTS:
+                    timed[0].hand_over(None)
+                timed[3] = None
+                self._top = parent
+                if OWNER.held is top:
+                    OWNER.held = parent
+                return
         if timed is not None and timed[3] is not None:  # the timeline: the top-level role, or one inside it
             if role == timed[3] or (role is None and not timed[5]):
                 events = timed[0].events  # Timeline.role, written out (one Python call less per role)
@@ -260,7 +336,48 @@ class Steps:
                 if found is None:
                     return
                 top = found
+        if top.session is None and top is self._top:  # the innermost, opening nothing: _end_through, written out
+            self._top = parent = top.parent
+            if OWNER.held is top:
+                OWNER.held = parent
+            return
         self._end_through(top, in_flight=False)
+
+    def switch_role(self, ending: str | None, beginning: str | None) -> None:
+        """End role ``ending``, then begin role ``beginning`` (either ``None``: skipped); what the two calls do.
+
+        For a framework event that is both the end of one phase and the start of the next (the
+        ``Trainer``'s ``on_pre_optimizer_step``, a micro-batch's ``on_substep_end``): one call.
+        """
+        timed = self._timed
+        top = self._top
+        if (timed is not None and top is not None and top.session is None and ending is not None
+                and ending == timed[3] and not timed[5] and type(beginning) is str and beginning):
+            # Out of the window, from one top-level role to the next (see end_role and begin_role): one clock
+            # read ends the one and starts the other, the mark of the one replaced by the other's.
+            parent = top.parent
+            owner = OWNER
+            rt = owner.runtime
+            if (parent is not None and parent.parent is None and owner.held is top and top.added == (ending,)
+                    and (rt is None or top.step not in rt.busy_roles)):
+                mark: Mark = _new(Mark)
+                mark.added = role_parts(beginning)  # (raises for a role such as "/")
+                mark.step = top.step
+                mark.tags = {}
+                mark.session = mark._scope = mark.target = None
+                mark.parent = parent
+                now = _clock()
+                events = timed[0].events
+                events.append((ending, timed[4], now))
+                if len(events) >= FLUSH_EVENTS:
+                    timed[0].hand_over(None)
+                timed[3], timed[4] = beginning, now
+                owner.held = self._top = mark
+                return
+        if ending is not None:
+            self.end_role(ending)
+        if beginning is not None:
+            self.begin_role(beginning)
 
     def close(self) -> None:
         """End whatever this object holds open (idempotent)."""
@@ -307,7 +424,9 @@ class Steps:
             events.append((timed[1], timed[2], end))
             if end >= timeline.due or len(events) >= FLUSH_EVENTS:
                 timeline.hand_over(end)
-            untime()
+            counted = OWNER.timed  # untime(), written out
+            if counted:
+                counted.pop()
         top, self._top = self._top, None
         if top is not None and top.session is None and top.parent is None:  # a step out of the window
             if OWNER.held is top:
