@@ -12,7 +12,8 @@ The rules, one pure function each (:func:`anomalies`, :func:`stragglers`):
 
 - a step is **anomalous** when its time (the median over processes) exceeds ``factor`` (2) times
   the median of the ``window`` (20) steps before it, with at least ``min_history`` (5) of them, and by
-  at least ``min_s`` (1 ms);
+  at least ``min_s`` (1 ms); a step in which a role (or engine) capture of the run's manifest started and
+  stopped is never anomalous, nor in any step's history: the capture's own start and stop fall inside it;
 - a process **straggles** in a step when its time exceeds ``ratio`` (1.5) times the median of the
   other processes' times in that step, and by at least ``min_s``.
 """
@@ -91,6 +92,9 @@ class Timelines:
     runs: list[str]
     damaged: list[str]
     truncated: bool = False
+    #: Steps of the chosen run in which profctx captured a role or an engine (from the manifest beside the
+    #: timelines): each role's capture starts and stops inside the step, so its time is not judged an anomaly.
+    captured: frozenset[int] = frozenset()
 
 
 def files(save_path: str | os.PathLike[str]) -> list[Path]:
@@ -224,7 +228,23 @@ def read(save_path: str | os.PathLike[str], run: str | None = "latest") -> Timel
     chosen = (runs[-1] if runs else None) if run == "latest" else run
     kept = [p for p in found if chosen is None or p.run == chosen]
     _name(kept)
-    return Timelines(kept, runs, damaged, truncated=budget[0] <= 0)
+    return Timelines(kept, runs, damaged, truncated=budget[0] <= 0, captured=_captured(save_path, chosen))
+
+
+def _captured(save_path: str | os.PathLike[str], run: str | None) -> frozenset[int]:
+    """Return the steps of ``run`` (``None``: every run) some role or engine capture of the manifest covers.
+
+    A step-mode capture starts before the step block reads its clock and stops after it, so its step's time
+    holds none of it; a role's (and the engine a role drives) starts and stops inside the step. A capture the
+    writer skipped (a cap) never started.
+    """
+    from ..manifest import ManifestReader
+
+    steps: set[int] = set()
+    for record in ManifestReader(save_path, run, lean=True):
+        if record.kind in ("role", "engine") and record.status != "skipped" and (run is None or record.run == run):
+            steps.update(s for s in record.steps if s >= 0)
+    return frozenset(steps)
 
 
 def _runs(processes: Sequence[Process]) -> list[str]:
@@ -265,6 +285,8 @@ class Anomaly:
     ratio: float
     baseline_s: float
     history: int
+    #: The step was captured in role mode (:attr:`Timelines.captured`): shown, never counted as an anomaly.
+    captured: bool = False
 
 
 @dataclass
@@ -298,6 +320,8 @@ class StepRow:
     counts: dict[str, int]
     anomaly: Anomaly | None = None
     stragglers: list[Straggler] = field(default_factory=list)
+    #: What the anomaly rule finds in a step profctx captured in role mode: its own capture's cost, not counted.
+    captured: Anomaly | None = None
     #: The processes lined up on one clock (``None``: some process's timeline gives no entry times).
     alignment: _align.StepAlignment | None = None
 
@@ -310,6 +334,9 @@ class StepRow:
             "anomaly": None if self.anomaly is None else {"ratio": self.anomaly.ratio,
                                                           "baseline_s": self.anomaly.baseline_s,
                                                           "history": self.anomaly.history},
+            "captured": None if self.captured is None else {"ratio": self.captured.ratio,
+                                                            "baseline_s": self.captured.baseline_s,
+                                                            "history": self.captured.history},
             "stragglers": [{"process": s.process, "time_s": s.time_s, "ratio": s.ratio, "segment": s.segment,
                             "lag_s": s.lag_s, "answer": s.answer} for s in self.stragglers],
             "alignment": None if self.alignment is None else self.alignment.to_json(),
@@ -333,7 +360,8 @@ class Rules:
             "anomaly": {"factor": self.factor, "window": self.window, "min_history": self.min_history,
                         "min_s": self.min_s,
                         "rule": "median time over processes > factor x median of the previous `window` steps "
-                                "(at least `min_history` of them), by at least min_s"},
+                                "(at least `min_history` of them), by at least min_s; a step with a role capture "
+                                "(captured_steps) is left out of every history and never an anomaly"},
             "straggler": {**self.align().to_json(),
                           "fallback": "without role entries in a timeline: a process's step time > ratio x median "
                                       "of the other processes' times, by at least min_s"},
@@ -344,19 +372,26 @@ class Rules:
         return _align.Rules(ratio=self.straggler_ratio, min_s=max(self.min_s, _align.Rules().min_s))
 
 
-def anomalies(times: Sequence[float], rules: Rules) -> list[Anomaly | None]:
-    """Return, per step of ``times`` (in step order), its :class:`Anomaly` or ``None``."""
+def anomalies(times: Sequence[float], rules: Rules, captured: Sequence[bool] = ()) -> list[Anomaly | None]:
+    """Return, per step of ``times`` (in step order), its :class:`Anomaly` or ``None``.
+
+    A step ``captured`` flags (profctx's own capture start and stop fall inside it) is left out of every
+    step's history, and an anomaly of its own has ``captured`` set (a caller shows it, never counts it).
+    """
     out: list[Anomaly | None] = []
+    history: list[float] = []  # the last `window` uncaptured steps' times
     for i, value in enumerate(times):
-        history = times[max(0, i - rules.window):i]
-        if len(history) < rules.min_history:
-            out.append(None)
-            continue
-        base = statistics.median(history)
-        if value > rules.factor * base and value - base >= rules.min_s:
-            out.append(Anomaly(value / base if base > 0 else float("inf"), base, len(history)))
-        else:
-            out.append(None)
+        skipped = i < len(captured) and captured[i]
+        found: Anomaly | None = None
+        if len(history) >= rules.min_history:
+            base = statistics.median(history)
+            if value > rules.factor * base and value - base >= rules.min_s:
+                found = Anomaly(value / base if base > 0 else float("inf"), base, len(history), skipped)
+        out.append(found)
+        if not skipped:
+            history.append(value)
+            if len(history) > rules.window:
+                del history[0]
     return out
 
 
@@ -393,8 +428,10 @@ def rows(timelines: Timelines, rules: Rules = Rules()) -> list[StepRow]:
         row.stragglers = stragglers(times, rules)
         out.append(row)
     _aligned(timelines, out, rules)
-    for row, anomaly in zip(out, anomalies([r.time_s for r in out], rules), strict=True):
-        row.anomaly = anomaly
+    flagged = [r.step in timelines.captured for r in out]
+    for row, anomaly in zip(out, anomalies([r.time_s for r in out], rules, flagged), strict=True):
+        row.captured = anomaly if anomaly is not None and anomaly.captured else None
+        row.anomaly = None if row.captured is not None else anomaly
     return out
 
 
@@ -458,6 +495,7 @@ def to_json(timelines: Timelines, found: Sequence[StepRow], rules: Rules) -> dic
         "roles": role_order(found),
         "steps": [row.to_json() for row in found],
         "anomalies": [row.step for row in found if row.anomaly is not None],
+        "captured_steps": sorted(timelines.captured),
         "straggler_steps": [row.step for row in found if row.stragglers],
         "clocks": _clocks_json(timelines),
         "damaged": timelines.damaged,
@@ -519,6 +557,8 @@ def _flags(row: StepRow) -> str:
     parts = []
     if row.anomaly is not None:
         parts.append(f"anomaly: {row.anomaly.ratio:.1f}x the median of the {row.anomaly.history} steps before")
+    if row.captured is not None:
+        parts.append(f"captured: {row.captured.ratio:.1f}x, profctx's own capture start and stop (not an anomaly)")
     for s in row.stragglers[:3]:
         if s.segment is not None:
             parts.append(f"straggler {s.answer}")
