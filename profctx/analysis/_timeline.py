@@ -20,10 +20,13 @@ The rules, one pure function each (:func:`anomalies`, :func:`stragglers`):
 
 from __future__ import annotations
 
+import heapq
 import html
 import os
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -68,6 +71,131 @@ class StepTime:
     spans: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
+_NONE: Final = float("nan")  # a start, first entry or last exit the line does not give
+
+
+class Steps(Mapping[int, StepTime]):
+    """One process's steps, held as arrays (about 40 bytes a role a step, less than the line it was read from).
+
+    A mapping of step -> :class:`StepTime`, in step order; each value is made when asked for, so a caller
+    that walks the steps holds one at a time. A step given twice keeps its last line (as a dict would).
+    """
+
+    def __init__(self) -> None:
+        self._step = array("q")
+        self._time = array("d")
+        self._start = array("d")
+        self._first_role = array("q", [0])  # row i's roles are the entries _first_role[i]:_first_role[i + 1]
+        self._name = array("l")  # each role entry: its name's index in _names, seconds, count, first, last
+        self._seconds = array("d")
+        self._count = array("q")
+        self._entered = array("d")
+        self._left = array("d")
+        self._names: list[str] = []
+        self._ids: dict[str, int] = {}
+        self._sorted = True
+        #: Some step gives role times without role entries (a timeline written before they were kept).
+        self.unspanned = False
+
+    def add(self, step: int, time_s: float, start: float | None, roles: Mapping[str, tuple[float, int]],
+            spans: Mapping[str, tuple[float, float]]) -> None:
+        """Append one step's line."""
+        if self._step and step <= self._step[-1]:
+            self._sorted = False
+        self._step.append(step)
+        self._time.append(time_s)
+        self._start.append(_NONE if start is None else start)
+        if roles and not spans:
+            self.unspanned = True
+        for name, (seconds, count) in roles.items():
+            index = self._ids.get(name)
+            if index is None:
+                index = self._ids[name] = len(self._names)
+                self._names.append(name)
+            first, last = spans.get(name, (_NONE, _NONE))
+            self._name.append(index)
+            self._seconds.append(seconds)
+            self._count.append(min(max(count, -(1 << 62)), 1 << 62))
+            self._entered.append(first)
+            self._left.append(last)
+        self._first_role.append(len(self._name))
+
+    def seal(self) -> None:
+        """Put the rows in step order, a repeated step's last line kept (after the last :meth:`add`)."""
+        if self._sorted:
+            return
+        last: dict[int, int] = {}
+        for row, step in enumerate(self._step):
+            last[step] = row
+        order = [last[step] for step in sorted(last)]
+        del last
+        step, time_s, start, first_role = self._step, self._time, self._start, self._first_role
+        name, seconds, count, entered, left = self._name, self._seconds, self._count, self._entered, self._left
+        self._step, self._time, self._start, self._first_role = array("q"), array("d"), array("d"), array("q", [0])
+        self._name, self._seconds, self._count = array("l"), array("d"), array("q")
+        self._entered, self._left = array("d"), array("d")
+        self.unspanned = False
+        for row in order:
+            self._step.append(step[row])
+            self._time.append(time_s[row])
+            self._start.append(start[row])
+            a, b = first_role[row], first_role[row + 1]
+            self._name.extend(name[a:b])
+            self._seconds.extend(seconds[a:b])
+            self._count.extend(count[a:b])
+            self._entered.extend(entered[a:b])
+            self._left.extend(left[a:b])
+            self._first_role.append(len(self._name))
+            if b > a and all(entered[i] != entered[i] for i in range(a, b)):
+                self.unspanned = True
+        self._sorted = True
+
+    def row(self, step: int) -> int | None:
+        """Return the row of ``step`` (``None``: not a step of this process)."""
+        at = bisect_left(self._step, step)
+        return at if at < len(self._step) and self._step[at] == step else None
+
+    def entry(self, row: int) -> StepTime:
+        """Return row ``row`` as a :class:`StepTime`."""
+        roles: dict[str, tuple[float, int]] = {}
+        spans: dict[str, tuple[float, float]] = {}
+        for i in range(self._first_role[row], self._first_role[row + 1]):
+            name = self._names[self._name[i]]
+            roles[name] = (self._seconds[i], self._count[i])
+            if self._entered[i] == self._entered[i]:
+                spans[name] = (self._entered[i], self._left[i])
+        start = self._start[row]
+        return StepTime(self._time[row], None if start != start else start, roles, spans)
+
+    def time_s(self, row: int) -> float:
+        """Return row ``row``'s step time."""
+        return self._time[row]
+
+    def start(self, row: int) -> float | None:
+        """Return row ``row``'s wall-clock start (``None``: not given)."""
+        start = self._start[row]
+        return None if start != start else start
+
+    def step(self, row: int) -> int:
+        """Return row ``row``'s step."""
+        return self._step[row]
+
+    def __getitem__(self, step: int) -> StepTime:
+        row = self.row(step)
+        if row is None:
+            raise KeyError(step)
+        return self.entry(row)
+
+    def __contains__(self, step: object) -> bool:
+        return type(step) is int and self.row(step) is not None
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._step)
+
+    def __len__(self) -> int:
+        return len(self._step)
+
+
 @dataclass
 class Process:
     """One process's timeline (one file; a process whose rank changed writes a second file)."""
@@ -80,7 +208,7 @@ class Process:
     host: str
     pid: int | None
     file: str
-    steps: dict[int, StepTime] = field(default_factory=dict)
+    steps: Steps = field(default_factory=Steps)
     dropped: int = 0
 
 
@@ -220,10 +348,12 @@ def read(save_path: str | os.PathLike[str], run: str | None = "latest") -> Timel
             if broken:
                 bad.append(number)
                 continue
-            process.steps[step] = StepTime(seconds, _number(record.get("start")), roles, spans)
+            process.steps.add(step, seconds, _number(record.get("start")), roles, spans)
         if bad:
             shown = ", ".join(map(str, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
             damaged.append(f"{path.name}: {len(bad)} unreadable line(s) skipped (line {shown})")
+    for process in found:
+        process.steps.seal()
     runs = _runs(found)
     chosen = (runs[-1] if runs else None) if run == "latest" else run
     kept = [p for p in found if chosen is None or p.run == chosen]
@@ -251,8 +381,8 @@ def _runs(processes: Sequence[Process]) -> list[str]:
     """Return the runs in order of their first step's start (the latest last)."""
     first: dict[str, float] = {}
     for process in processes:
-        starts = [s.start for s in process.steps.values() if s.start is not None]
-        when = min(starts) if starts else 0.0
+        starts = (process.steps.start(i) for i in range(len(process.steps)))
+        when = min((s for s in starts if s is not None), default=0.0)
         first[process.run] = min(first.get(process.run, when), when)
     return sorted(first, key=lambda r: (first[r], r))
 
@@ -408,66 +538,140 @@ def stragglers(times: Mapping[str, float], rules: Rules) -> list[Straggler]:
 
 
 def rows(timelines: Timelines, rules: Rules = Rules()) -> list[StepRow]:
-    """Return one row per step of the run, in step order, anomalies and stragglers marked."""
-    steps = sorted({s for p in timelines.processes for s in p.steps})
-    out: list[StepRow] = []
-    for step in steps:
-        times = {p.name: p.steps[step].time_s for p in timelines.processes if step in p.steps}
-        slowest = max(times, key=lambda n: times[n])
+    """Return one row per step of the run, in step order, anomalies and stragglers marked (see :func:`iter_rows`)."""
+    return list(iter_rows(timelines, rules))
+
+
+def iter_rows(timelines: Timelines, rules: Rules = Rules()) -> Iterator[StepRow]:
+    """Yield one row per step of the run, in step order, anomalies and stragglers marked.
+
+    Each row is made when asked for: a caller that does not keep them holds one at a time (and the
+    anomaly rule's window), whatever the length of the run.
+    """
+    processes = timelines.processes
+    aligner = _Aligner(timelines, rules)
+    history: list[float] = []  # the last `window` uncaptured steps' median times
+    for step in _step_order(processes):
+        times: dict[str, float] = {}
         spent: dict[str, list[float]] = {}
         counts: dict[str, int] = {}
-        for process in timelines.processes:
-            entry = process.steps.get(step)
-            if entry is None:
+        for process in processes:
+            at = process.steps.row(step)
+            if at is None:
                 continue
+            entry = process.steps.entry(at)
+            times[process.name] = entry.time_s
             for name, (seconds, count) in entry.roles.items():
                 spent.setdefault(name, []).append(seconds)
                 counts[name] = counts.get(name, 0) + count
+        slowest = max(times, key=lambda n: times[n])
         roles = {name: statistics.median(values) for name, values in spent.items()}
         row = StepRow(step, statistics.median(times.values()), times[slowest], slowest, times, roles, counts)
         row.stragglers = stragglers(times, rules)
-        out.append(row)
-    _aligned(timelines, out, rules)
-    flagged = [r.step in timelines.captured for r in out]
-    for row, anomaly in zip(out, anomalies([r.time_s for r in out], rules, flagged), strict=True):
-        row.captured = anomaly if anomaly is not None and anomaly.captured else None
-        row.anomaly = None if row.captured is not None else anomaly
-    return out
+        aligner.mark(row)
+        captured = step in timelines.captured
+        (found,) = anomalies([*history, row.time_s], rules, [False] * len(history) + [captured])[-1:]
+        if found is not None and found.captured:
+            row.captured = found
+        else:
+            row.anomaly = found
+        if not captured:
+            history.append(row.time_s)
+            if len(history) > rules.window:
+                del history[0]
+        yield row
+
+
+def _step_order(processes: Sequence[Process]) -> Iterator[int]:
+    """Yield every step some process gives, in order, once."""
+    last: int | None = None
+    for step in heapq.merge(*(iter(p.steps) for p in processes)):
+        if step != last:
+            yield step
+            last = step
+
+
+class _Lanes(Mapping[int, list[_align.Lane]]):
+    """Each step's processes as lanes, made when asked for (steps some process gives no entry time of are left
+    out; with ``least``, steps of fewer lanes too)."""
+
+    def __init__(self, timelines: Timelines, least: int = 1) -> None:
+        self._processes = timelines.processes
+        self._least = least
+        self._len: int | None = None
+
+    def lanes(self, step: int) -> list[_align.Lane]:
+        out = []
+        for process in self._processes:
+            steps = process.steps
+            row = steps.row(step)
+            start = None if row is None else steps.start(row)
+            if row is None or start is None:
+                continue
+            before_start = steps.start(row - 1) if row > 0 else None
+            before = None if before_start is None else before_start + steps.time_s(row - 1)
+            entry = steps.entry(row)
+            spans = tuple((n, start + a, start + b) for n, (a, b) in entry.spans.items())
+            out.append(_align.Lane(process.name, process.host, start, start + entry.time_s, before, spans))
+        return out
+
+    def __getitem__(self, step: int) -> list[_align.Lane]:
+        found = self.lanes(step)
+        if not found or len(found) < self._least:
+            raise KeyError(step)
+        return found
+
+    def __iter__(self) -> Iterator[int]:
+        for step in _step_order(self._processes):
+            if len(self.lanes(step)) >= max(self._least, 1):
+                yield step
+
+    def __len__(self) -> int:
+        if self._len is None:
+            self._len = sum(1 for _ in self)
+        return self._len
+
+    def items(self) -> Iterator[tuple[int, list[_align.Lane]]]:  # type: ignore[override]
+        for step in _step_order(self._processes):
+            found = self.lanes(step)
+            if found and len(found) >= self._least:
+                yield step, found
+
+    def values(self) -> Iterator[list[_align.Lane]]:  # type: ignore[override]
+        return (found for _, found in self.items())
 
 
 def lanes(timelines: Timelines) -> dict[int, list[_align.Lane]]:
     """Return each step's processes as :class:`profctx.analysis._align.Lane` (steps some process gives no
     entry time of are left out)."""
-    out: dict[int, list[_align.Lane]] = {}
-    for process in timelines.processes:
-        before: float | None = None
-        for step in sorted(process.steps):
-            entry = process.steps[step]
-            if entry.start is None:
-                before = None
-                continue
-            end = entry.start + entry.time_s
-            spans = tuple((n, entry.start + a, entry.start + b) for n, (a, b) in entry.spans.items())
-            out.setdefault(step, []).append(_align.Lane(process.name, process.host, entry.start, end, before, spans))
-            before = end
-    return out
+    return dict(_Lanes(timelines).items())
 
 
-def _aligned(timelines: Timelines, found: list[StepRow], rules: Rules) -> None:
-    """Line the processes up and name the stragglers from that, where every process gives entry times."""
-    by_step = lanes(timelines)
-    if not by_step or any(not p.steps or any(not e.spans and e.roles for e in p.steps.values())
-                          for p in timelines.processes):
-        return  # a timeline without role entries: the step-time rule stays
-    clock = _align.clocks(by_step)
-    rule = rules.align()
-    every = {step: here for step, here in by_step.items() if len(here) >= 2}
-    lined = _align.align_steps(every, clock, rule)
-    for row in found:
-        here = by_step.get(row.step, [])
-        if len(here) != len(row.times) or row.step not in lined:
-            continue
-        row.alignment = lined[row.step]
+class _Aligner:
+    """Line the processes up and name the stragglers from that, where every process gives entry times.
+
+    The clocks and the segments that synchronise the processes are facts of the whole run, found first
+    (walking the steps, none kept); each row is then aligned alone.
+    """
+
+    def __init__(self, timelines: Timelines, rules: Rules) -> None:
+        self.on = False
+        self._lanes = _Lanes(timelines)
+        if any(not p.steps or p.steps.unspanned for p in timelines.processes) or not any(True for _ in self._lanes):
+            return  # a timeline without role entries: the step-time rule stays
+        self.on = True
+        self.clock = _align.clocks(self._lanes)
+        self.rule = rules.align()
+        every = _Lanes(timelines, least=2)
+        self.sync = _align.sync_points(every, self.clock, self.rule) if len(every) >= _align.SYNC_STEPS else None
+
+    def mark(self, row: StepRow) -> None:
+        if not self.on:
+            return
+        here = self._lanes.lanes(row.step)
+        if len(here) < 2 or len(here) != len(row.times):
+            return
+        row.alignment = _align.align(row.step, here, self.clock, self.rule, self.sync)
         s = row.alignment.straggler
         row.stragglers = [] if s is None else [
             Straggler(s.process, row.times[s.process], s.ratio, s.segment, s.lag_s, _align.answer(row.alignment))]
@@ -504,8 +708,8 @@ def to_json(timelines: Timelines, found: Sequence[StepRow], rules: Rules) -> dic
 
 
 def _clocks_json(timelines: Timelines) -> dict[str, Any] | None:
-    by_step = lanes(timelines)
-    return _align.clocks(by_step).to_json() if by_step else None
+    by_step = _Lanes(timelines)
+    return _align.clocks(by_step).to_json() if any(True for _ in by_step) else None
 
 
 # -- the HTML report's section ---------------------------------------------------------------------
