@@ -125,9 +125,9 @@ class Steps(Mapping[int, StepTime]):
         if self._sorted:
             return
         last: dict[int, int] = {}
-        for row, step in enumerate(self._step):
-            last[step] = row
-        order = [last[step] for step in sorted(last)]
+        for at, number in enumerate(self._step):
+            last[number] = at
+        order = [last[number] for number in sorted(last)]
         del last
         step, time_s, start, first_role = self._step, self._time, self._start, self._first_role
         name, seconds, count, entered, left = self._name, self._seconds, self._count, self._entered, self._left
@@ -718,31 +718,38 @@ def _clocks_json(timelines: Timelines) -> dict[str, Any] | None:
 def html_section(save_path: str | os.PathLike[str], run: str | None, rules: Rules = Rules()) -> str:
     """Return the report's "Step timeline" section: step times as an inline SVG, anomalies marked; ``""`` if none."""
     timelines = read(save_path, run if run is not None else "latest")
-    found = rows(timelines, rules)
-    if not found:
+    # Two walks over rows made afresh (none kept): the first for the scale and the marked steps, the second
+    # for the bars, one a pixel column at most (a column's bar: its slowest step, red or orange if any is).
+    count, first, last, peak = 0, 0, 0, 0.0
+    flagged: list[StepRow] = []
+    for row in iter_rows(timelines, rules):
+        first, last = (row.step if count == 0 else first), row.step
+        count += 1
+        peak = max(peak, row.max_s)
+        if (row.anomaly is not None or row.stragglers) and len(flagged) < 50:
+            row.alignment = None
+            flagged.append(row)
+    if not count:
         return ""
     e = html.escape
     width, height, left, top = 1180, 160, 60, 10
-    peak = max(r.max_s for r in found) or 1.0
-    n = len(found)
-    step_w = (width - left - 10) / max(n, 1)
-    bars = []
-    for i, row in enumerate(found):
-        x = left + i * step_w
-        h = (height - top - 20) * row.time_s / peak
-        colour = "#be0032" if row.anomaly is not None else ("#f38400" if row.stragglers else "#0067a5")
-        tip = f"step {row.step}: {_secs(row.time_s)} (median over processes), max {_secs(row.max_s)} {row.slowest}"
-        if row.anomaly is not None:
-            tip += f"; anomaly: {row.anomaly.ratio:.1f}x the median of the previous {row.anomaly.history} steps"
-        if row.stragglers:
-            tip += "; " + _flags(row)
-        bars.append(f'<rect x="{x:.1f}" y="{height - 20 - h:.1f}" width="{max(step_w - 1, 0.5):.1f}" '
-                    f'height="{h:.1f}" fill="{colour}"><title>{e(tip)}</title></rect>')
+    peak = peak or 1.0
+    columns = width - left - 10
+    per = -(-count // columns)  # steps a bar
+    step_w = columns / max(-(-count // per), 1)
+    bars: list[str] = []
+    column: list[StepRow] = []
+    for row in iter_rows(timelines, rules):
+        column.append(row)
+        if len(column) == per:
+            bars.append(_bar(column, len(bars), left, step_w, height, top, peak))
+            column = []
+    if column:
+        bars.append(_bar(column, len(bars), left, step_w, height, top, peak))
     axis = (f'<text x="{left - 4}" y="{top + 8}" text-anchor=end font-size=10>{e(_secs(peak))}</text>'
             f'<text x="{left - 4}" y="{height - 20}" text-anchor=end font-size=10>0</text>'
-            f'<text x="{left}" y="{height - 6}" font-size=10>step {found[0].step}</text>'
-            f'<text x="{width - 10}" y="{height - 6}" text-anchor=end font-size=10>step {found[-1].step}</text>')
-    flagged = [r for r in found if r.anomaly is not None or r.stragglers][:50]
+            f'<text x="{left}" y="{height - 6}" font-size=10>step {first}</text>'
+            f'<text x="{width - 10}" y="{height - 6}" text-anchor=end font-size=10>step {last}</text>')
     table = ""
     if flagged:
         cells = "".join(
@@ -755,6 +762,27 @@ def html_section(save_path: str | os.PathLike[str], run: str | None, rules: Rule
             f"{rules.factor:g}x the median of the previous {rules.window} steps); orange: a straggler (a process over "
             f"{rules.straggler_ratio:g}x the median of the others). <code>profctx timeline</code> prints it per "
             f"role.</p><svg width={width} height={height} role=img>{axis}{''.join(bars)}</svg>{table}")
+
+
+def _bar(column: Sequence[StepRow], i: int, left: float, step_w: float, height: int, top: int, peak: float) -> str:
+    """Return the bar of one step, or of the steps of one pixel column (its slowest step's height)."""
+    row = max(column, key=lambda r: r.time_s)
+    x = left + i * step_w
+    h = (height - top - 20) * row.time_s / peak
+    anomalous = any(r.anomaly is not None for r in column)
+    colour = "#be0032" if anomalous else ("#f38400" if any(r.stragglers for r in column) else "#0067a5")
+    if len(column) == 1:
+        tip = f"step {row.step}: {_secs(row.time_s)} (median over processes), max {_secs(row.max_s)} {row.slowest}"
+        if row.anomaly is not None:
+            tip += f"; anomaly: {row.anomaly.ratio:.1f}x the median of the previous {row.anomaly.history} steps"
+        if row.stragglers:
+            tip += "; " + _flags(row)
+    else:
+        marked = sum(1 for r in column if r.anomaly is not None or r.stragglers)
+        tip = (f"steps {column[0].step}-{column[-1].step}: the slowest, step {row.step}, {_secs(row.time_s)} "
+               f"(median over processes)" + (f"; {marked} marked" if marked else ""))
+    return (f'<rect x="{x:.1f}" y="{height - 20 - h:.1f}" width="{max(step_w - 1, 0.5):.1f}" '
+            f'height="{h:.1f}" fill="{colour}"><title>{html.escape(tip)}</title></rect>')
 
 
 def _flags(row: StepRow) -> str:
