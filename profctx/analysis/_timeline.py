@@ -29,7 +29,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TextIO
 
 from ..core._layout import MANIFEST_DIR
 from ..util._units import seconds_text as _secs
@@ -705,6 +705,44 @@ def to_json(timelines: Timelines, found: Sequence[StepRow], rules: Rules) -> dic
         "damaged": timelines.damaged,
         "truncated": timelines.truncated,
     }
+
+
+def dump_json(timelines: Timelines, found: Iterable[StepRow], rules: Rules, stream: TextIO,
+              extra: Mapping[str, Any] | None = None) -> None:
+    """Write :func:`to_json`'s document (and ``extra``'s keys after it) to ``stream`` as ``json.dump(..., indent=1)``
+    would, its steps one at a time: ``found`` is walked twice (rows made afresh each time: none is kept)."""
+    import json
+
+    totals: dict[str, float] = {}
+    marked: list[int] = []
+    straggling: list[int] = []
+    for row in found:
+        for name, seconds in row.roles.items():
+            totals[name] = totals.get(name, 0.0) + seconds
+        if row.anomaly is not None:
+            marked.append(row.step)
+        if row.stragglers:
+            straggling.append(row.step)
+    head = to_json(timelines, [], rules)
+    head["roles"] = sorted(totals, key=lambda n: (-totals[n], n))
+    head["anomalies"], head["straggler_steps"] = marked, straggling
+    document = {**head, **(extra or {})}
+
+    def value(v: Any, indent: str) -> str:
+        return json.dumps(v, indent=1).replace("\n", "\n" + indent)
+
+    stream.write("{")
+    for i, (key, v) in enumerate(document.items()):
+        stream.write(("," if i else "") + "\n " + json.dumps(key) + ": ")
+        if key != "steps":
+            stream.write(value(v, " "))
+            continue
+        first = True
+        for row in found:
+            stream.write(("[" if first else ",") + "\n  " + value(row.to_json(), "  "))
+            first = False
+        stream.write("[]" if first else "\n ]")
+    stream.write("\n}")
 
 
 def _clocks_json(timelines: Timelines) -> dict[str, Any] | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from collections.abc import Iterable, Iterator
@@ -18,11 +17,11 @@ from ..analysis._timeline import (
     Rules,
     StepRow,
     Timelines,
+    dump_json,
     files,
     flags,
     iter_rows,
     read,
-    to_json,
 )
 from ..records._job import Member, hole, missing
 from ._common import FINDINGS, OK, Style, UsageError, guarded, shard_members, table
@@ -110,9 +109,7 @@ def run(args: argparse.Namespace) -> int:
         (Member(p.run, p.group, p.rank, p.world_size) for p in timelines.processes if p.run == shown_run),
         others=shard_members(folder, shown_run))]
     if args.json:
-        document = to_json(timelines, list(found), rules)
-        document["missing"] = lacks
-        json.dump(document, sys.stdout, indent=1)
+        dump_json(timelines, found, rules, sys.stdout, {"missing": lacks})  # the steps one at a time
         sys.stdout.write("\n")
         return OK
     print(render(timelines.processes[0].run, [p.name for p in timelines.processes], found, args.rows,

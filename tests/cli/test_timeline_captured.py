@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from profctx.analysis._timeline import Rules, anomalies
+from profctx.analysis._timeline import Rules, anomalies, read
 from profctx.cli import main
+
+from .tlmem import measure, write
 
 pytest.importorskip("torch")
 
@@ -64,6 +66,18 @@ def test_the_captured_step_is_named_captured_never_anomalous(
         assert "captured" in line and "not an anomaly" in line
 
 
+def test_the_json_written_a_step_at_a_time_is_the_document(role_run: Path) -> None:
+    import io
+
+    from profctx.analysis._timeline import dump_json, rows, to_json
+
+    timelines, rules = read(role_run), Rules()
+    document = {**to_json(timelines, rows(timelines, rules), rules), "missing": []}
+    written = io.StringIO()
+    dump_json(timelines, rows(timelines, rules), rules, written, {"missing": []})
+    assert written.getvalue() == json.dumps(document, indent=1)
+
+
 def test_a_captured_step_is_left_out_of_the_history_of_the_steps_after_it() -> None:
     rules = Rules(window=5, min_history=5)
     times = [0.01] * 5 + [0.5] + [0.01] * 4 + [0.03]
@@ -74,3 +88,26 @@ def test_a_captured_step_is_left_out_of_the_history_of_the_steps_after_it() -> N
     assert found[10] is not None and not found[10].captured and found[10].baseline_s == 0.01
     assert [i for i, a in enumerate(found) if a is not None and not a.captured] == [10]
     assert anomalies(times, rules)[5] is not None and not anomalies(times, rules)[5].captured  # nothing flagged
+
+
+# -- what reading a long timeline holds --------------------------------------------------------------
+
+#: A peak resident set over 4x the file would mean the reader holds Python objects per step again (it held
+#: ~18x before the steps were kept in arrays and the rows made afresh each walk; it holds ~1x now, see
+#: docs/performance.md): 4x leaves room for the allocator's slack and the imports' caches, whatever the load.
+MEMORY_STEPS = 12_000  # a file of about 2 MB: a few seconds of parsing, well above the constant slack
+
+
+def test_the_steps_are_held_in_arrays_smaller_than_the_file(tmp_path: Path) -> None:
+    size = write(tmp_path, 5_000, 3)
+    (process,) = read(tmp_path).processes
+    assert len(process.steps) == 5_000 and set(process.steps[4_999].roles) == {"rollout", "ref", "actor_update"}
+    held = sum(a.itemsize * len(a) for a in vars(process.steps).values() if hasattr(a, "itemsize"))
+    assert held < size
+
+
+def test_timeline_and_its_json_hold_about_the_bytes_they_read(tmp_path: Path) -> None:
+    size = write(tmp_path, MEMORY_STEPS, 3)
+    for what in ("timeline", "timeline --json"):
+        before, after = measure(what, tmp_path)
+        assert after - before < 4 * size, (what, after - before, size)
