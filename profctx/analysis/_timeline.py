@@ -12,25 +12,28 @@ The rules, one pure function each (:func:`anomalies`, :func:`stragglers`):
 
 - a step is **anomalous** when its time (the median over processes) exceeds ``factor`` (2) times
   the median of the ``window`` (20) steps before it, with at least ``min_history`` (5) of them, and by
-  at least ``min_s`` (1 ms);
+  at least ``min_s`` (1 ms); a step in which a role (or engine) capture of the run's manifest started and
+  stopped is never anomalous, nor in any step's history: the capture's own start and stop fall inside it;
 - a process **straggles** in a step when its time exceeds ``ratio`` (1.5) times the median of the
   other processes' times in that step, and by at least ``min_s``.
 """
 
 from __future__ import annotations
 
+import heapq
 import html
 import os
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TextIO
 
 from ..core._layout import MANIFEST_DIR
 from ..util._units import seconds_text as _secs
 from ..util._untrusted import MAX_LISTED, UnsafeFileError, names_in, open_regular, too_deep
 from . import _align
+from ._timeline_steps import Steps
 
 #: How a timeline file's name ends (see :mod:`profctx.process._timeline`).
 SUFFIX: Final = ".timeline"
@@ -54,20 +57,6 @@ MIN_S: Final = 0.001
 
 
 @dataclass
-class StepTime:
-    """One step of one process: its wall time and its top-level roles' (name -> (seconds, blocks)).
-
-    ``start``: the step's entry on the process's wall clock (Unix seconds); ``spans``: each role's first
-    entry and last exit, in seconds from the step's entry (empty in a timeline written before they were kept).
-    """
-
-    time_s: float
-    start: float | None
-    roles: dict[str, tuple[float, int]]
-    spans: dict[str, tuple[float, float]] = field(default_factory=dict)
-
-
-@dataclass
 class Process:
     """One process's timeline (one file; a process whose rank changed writes a second file)."""
 
@@ -79,7 +68,7 @@ class Process:
     host: str
     pid: int | None
     file: str
-    steps: dict[int, StepTime] = field(default_factory=dict)
+    steps: Steps = field(default_factory=Steps)
     dropped: int = 0
 
 
@@ -91,6 +80,9 @@ class Timelines:
     runs: list[str]
     damaged: list[str]
     truncated: bool = False
+    #: Steps of the chosen run in which profctx captured a role or an engine (from the manifest beside the
+    #: timelines): each role's capture starts and stops inside the step, so its time is not judged an anomaly.
+    captured: frozenset[int] = frozenset()
 
 
 def files(save_path: str | os.PathLike[str]) -> list[Path]:
@@ -211,23 +203,41 @@ def read(save_path: str | os.PathLike[str], run: str | None = "latest") -> Timel
             if broken:
                 bad.append(number)
                 continue
-            process.steps[step] = StepTime(seconds, _number(record.get("start")), roles, spans)
+            process.steps.add(step, seconds, _number(record.get("start")), roles, spans)
         if bad:
             shown = ", ".join(map(str, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
             damaged.append(f"{path.name}: {len(bad)} unreadable line(s) skipped (line {shown})")
+    for process in found:
+        process.steps.seal()
     runs = _runs(found)
     chosen = (runs[-1] if runs else None) if run == "latest" else run
     kept = [p for p in found if chosen is None or p.run == chosen]
     _name(kept)
-    return Timelines(kept, runs, damaged, truncated=budget[0] <= 0)
+    return Timelines(kept, runs, damaged, truncated=budget[0] <= 0, captured=_captured(save_path, chosen))
+
+
+def _captured(save_path: str | os.PathLike[str], run: str | None) -> frozenset[int]:
+    """Return the steps of ``run`` (``None``: every run) some role or engine capture of the manifest covers.
+
+    A step-mode capture starts before the step block reads its clock and stops after it, so its step's time
+    holds none of it; a role's (and the engine a role drives) starts and stops inside the step. A capture the
+    writer skipped (a cap) never started.
+    """
+    from ..manifest import ManifestReader
+
+    steps: set[int] = set()
+    for record in ManifestReader(save_path, run, lean=True):
+        if record.kind in ("role", "engine") and record.status != "skipped" and (run is None or record.run == run):
+            steps.update(s for s in record.steps if s >= 0)
+    return frozenset(steps)
 
 
 def _runs(processes: Sequence[Process]) -> list[str]:
     """Return the runs in order of their first step's start (the latest last)."""
     first: dict[str, float] = {}
     for process in processes:
-        starts = [s.start for s in process.steps.values() if s.start is not None]
-        when = min(starts) if starts else 0.0
+        starts = (process.steps.start(i) for i in range(len(process.steps)))
+        when = min((s for s in starts if s is not None), default=0.0)
         first[process.run] = min(first.get(process.run, when), when)
     return sorted(first, key=lambda r: (first[r], r))
 
@@ -260,6 +270,8 @@ class Anomaly:
     ratio: float
     baseline_s: float
     history: int
+    #: The step was captured in role mode (:attr:`Timelines.captured`): shown, never counted as an anomaly.
+    captured: bool = False
 
 
 @dataclass
@@ -293,6 +305,8 @@ class StepRow:
     counts: dict[str, int]
     anomaly: Anomaly | None = None
     stragglers: list[Straggler] = field(default_factory=list)
+    #: What the anomaly rule finds in a step profctx captured in role mode: its own capture's cost, not counted.
+    captured: Anomaly | None = None
     #: The processes lined up on one clock (``None``: some process's timeline gives no entry times).
     alignment: _align.StepAlignment | None = None
 
@@ -305,6 +319,9 @@ class StepRow:
             "anomaly": None if self.anomaly is None else {"ratio": self.anomaly.ratio,
                                                           "baseline_s": self.anomaly.baseline_s,
                                                           "history": self.anomaly.history},
+            "captured": None if self.captured is None else {"ratio": self.captured.ratio,
+                                                            "baseline_s": self.captured.baseline_s,
+                                                            "history": self.captured.history},
             "stragglers": [{"process": s.process, "time_s": s.time_s, "ratio": s.ratio, "segment": s.segment,
                             "lag_s": s.lag_s, "answer": s.answer} for s in self.stragglers],
             "alignment": None if self.alignment is None else self.alignment.to_json(),
@@ -328,7 +345,8 @@ class Rules:
             "anomaly": {"factor": self.factor, "window": self.window, "min_history": self.min_history,
                         "min_s": self.min_s,
                         "rule": "median time over processes > factor x median of the previous `window` steps "
-                                "(at least `min_history` of them), by at least min_s"},
+                                "(at least `min_history` of them), by at least min_s; a step with a role capture "
+                                "(captured_steps) is left out of every history and never an anomaly"},
             "straggler": {**self.align().to_json(),
                           "fallback": "without role entries in a timeline: a process's step time > ratio x median "
                                       "of the other processes' times, by at least min_s"},
@@ -339,19 +357,26 @@ class Rules:
         return _align.Rules(ratio=self.straggler_ratio, min_s=max(self.min_s, _align.Rules().min_s))
 
 
-def anomalies(times: Sequence[float], rules: Rules) -> list[Anomaly | None]:
-    """Return, per step of ``times`` (in step order), its :class:`Anomaly` or ``None``."""
+def anomalies(times: Sequence[float], rules: Rules, captured: Sequence[bool] = ()) -> list[Anomaly | None]:
+    """Return, per step of ``times`` (in step order), its :class:`Anomaly` or ``None``.
+
+    A step ``captured`` flags (profctx's own capture start and stop fall inside it) is left out of every
+    step's history, and an anomaly of its own has ``captured`` set (a caller shows it, never counts it).
+    """
     out: list[Anomaly | None] = []
+    history: list[float] = []  # the last `window` uncaptured steps' times
     for i, value in enumerate(times):
-        history = times[max(0, i - rules.window):i]
-        if len(history) < rules.min_history:
-            out.append(None)
-            continue
-        base = statistics.median(history)
-        if value > rules.factor * base and value - base >= rules.min_s:
-            out.append(Anomaly(value / base if base > 0 else float("inf"), base, len(history)))
-        else:
-            out.append(None)
+        skipped = i < len(captured) and captured[i]
+        found: Anomaly | None = None
+        if len(history) >= rules.min_history:
+            base = statistics.median(history)
+            if value > rules.factor * base and value - base >= rules.min_s:
+                found = Anomaly(value / base if base > 0 else float("inf"), base, len(history), skipped)
+        out.append(found)
+        if not skipped:
+            history.append(value)
+            if len(history) > rules.window:
+                del history[0]
     return out
 
 
@@ -368,64 +393,140 @@ def stragglers(times: Mapping[str, float], rules: Rules) -> list[Straggler]:
 
 
 def rows(timelines: Timelines, rules: Rules = Rules()) -> list[StepRow]:
-    """Return one row per step of the run, in step order, anomalies and stragglers marked."""
-    steps = sorted({s for p in timelines.processes for s in p.steps})
-    out: list[StepRow] = []
-    for step in steps:
-        times = {p.name: p.steps[step].time_s for p in timelines.processes if step in p.steps}
-        slowest = max(times, key=lambda n: times[n])
+    """Return one row per step of the run, in step order, anomalies and stragglers marked (see :func:`iter_rows`)."""
+    return list(iter_rows(timelines, rules))
+
+
+def iter_rows(timelines: Timelines, rules: Rules = Rules()) -> Iterator[StepRow]:
+    """Yield one row per step of the run, in step order, anomalies and stragglers marked.
+
+    Each row is made when asked for: a caller that does not keep them holds one at a time (and the
+    anomaly rule's window), whatever the length of the run.
+    """
+    processes = timelines.processes
+    aligner = _Aligner(timelines, rules)
+    history: list[float] = []  # the last `window` uncaptured steps' median times
+    for step in _step_order(processes):
+        times: dict[str, float] = {}
         spent: dict[str, list[float]] = {}
         counts: dict[str, int] = {}
-        for process in timelines.processes:
-            entry = process.steps.get(step)
-            if entry is None:
+        for process in processes:
+            at = process.steps.row(step)
+            if at is None:
                 continue
+            entry = process.steps.entry(at)
+            times[process.name] = entry.time_s
             for name, (seconds, count) in entry.roles.items():
                 spent.setdefault(name, []).append(seconds)
                 counts[name] = counts.get(name, 0) + count
+        slowest = max(times, key=lambda n: times[n])
         roles = {name: statistics.median(values) for name, values in spent.items()}
         row = StepRow(step, statistics.median(times.values()), times[slowest], slowest, times, roles, counts)
         row.stragglers = stragglers(times, rules)
-        out.append(row)
-    _aligned(timelines, out, rules)
-    for row, anomaly in zip(out, anomalies([r.time_s for r in out], rules), strict=True):
-        row.anomaly = anomaly
-    return out
+        aligner.mark(row)
+        captured = step in timelines.captured
+        (found,) = anomalies([*history, row.time_s], rules, [False] * len(history) + [captured])[-1:]
+        if found is not None and found.captured:
+            row.captured = found
+        else:
+            row.anomaly = found
+        if not captured:
+            history.append(row.time_s)
+            if len(history) > rules.window:
+                del history[0]
+        yield row
+
+
+def _step_order(processes: Sequence[Process]) -> Iterator[int]:
+    """Yield every step some process gives, in order, once."""
+    last: int | None = None
+    for step in heapq.merge(*(iter(p.steps) for p in processes)):
+        if step != last:
+            yield step
+            last = step
+
+
+class _Lanes(Mapping[int, list[_align.Lane]]):
+    """Each step's processes as lanes, made when asked for (steps some process gives no entry time of are left
+    out; with ``least``, steps of fewer lanes too)."""
+
+    def __init__(self, timelines: Timelines, least: int = 1) -> None:
+        self._processes = timelines.processes
+        self._least = least
+        self._len: int | None = None
+
+    def lanes(self, step: int) -> list[_align.Lane]:
+        out = []
+        for process in self._processes:
+            steps = process.steps
+            row = steps.row(step)
+            start = None if row is None else steps.start(row)
+            if row is None or start is None:
+                continue
+            before_start = steps.start(row - 1) if row > 0 else None
+            before = None if before_start is None else before_start + steps.time_s(row - 1)
+            entry = steps.entry(row)
+            spans = tuple((n, start + a, start + b) for n, (a, b) in entry.spans.items())
+            out.append(_align.Lane(process.name, process.host, start, start + entry.time_s, before, spans))
+        return out
+
+    def __getitem__(self, step: int) -> list[_align.Lane]:
+        found = self.lanes(step)
+        if not found or len(found) < self._least:
+            raise KeyError(step)
+        return found
+
+    def __iter__(self) -> Iterator[int]:
+        for step in _step_order(self._processes):
+            if len(self.lanes(step)) >= max(self._least, 1):
+                yield step
+
+    def __len__(self) -> int:
+        if self._len is None:
+            self._len = sum(1 for _ in self)
+        return self._len
+
+    def items(self) -> Iterator[tuple[int, list[_align.Lane]]]:  # type: ignore[override]
+        for step in _step_order(self._processes):
+            found = self.lanes(step)
+            if found and len(found) >= self._least:
+                yield step, found
+
+    def values(self) -> Iterator[list[_align.Lane]]:  # type: ignore[override]
+        return (found for _, found in self.items())
 
 
 def lanes(timelines: Timelines) -> dict[int, list[_align.Lane]]:
     """Return each step's processes as :class:`profctx.analysis._align.Lane` (steps some process gives no
     entry time of are left out)."""
-    out: dict[int, list[_align.Lane]] = {}
-    for process in timelines.processes:
-        before: float | None = None
-        for step in sorted(process.steps):
-            entry = process.steps[step]
-            if entry.start is None:
-                before = None
-                continue
-            end = entry.start + entry.time_s
-            spans = tuple((n, entry.start + a, entry.start + b) for n, (a, b) in entry.spans.items())
-            out.setdefault(step, []).append(_align.Lane(process.name, process.host, entry.start, end, before, spans))
-            before = end
-    return out
+    return dict(_Lanes(timelines).items())
 
 
-def _aligned(timelines: Timelines, found: list[StepRow], rules: Rules) -> None:
-    """Line the processes up and name the stragglers from that, where every process gives entry times."""
-    by_step = lanes(timelines)
-    if not by_step or any(not p.steps or any(not e.spans and e.roles for e in p.steps.values())
-                          for p in timelines.processes):
-        return  # a timeline without role entries: the step-time rule stays
-    clock = _align.clocks(by_step)
-    rule = rules.align()
-    every = {step: here for step, here in by_step.items() if len(here) >= 2}
-    lined = _align.align_steps(every, clock, rule)
-    for row in found:
-        here = by_step.get(row.step, [])
-        if len(here) != len(row.times) or row.step not in lined:
-            continue
-        row.alignment = lined[row.step]
+class _Aligner:
+    """Line the processes up and name the stragglers from that, where every process gives entry times.
+
+    The clocks and the segments that synchronise the processes are facts of the whole run, found first
+    (walking the steps, none kept); each row is then aligned alone.
+    """
+
+    def __init__(self, timelines: Timelines, rules: Rules) -> None:
+        self.on = False
+        self._lanes = _Lanes(timelines)
+        if any(not p.steps or p.steps.unspanned for p in timelines.processes) or not any(True for _ in self._lanes):
+            return  # a timeline without role entries: the step-time rule stays
+        self.on = True
+        self.clock = _align.clocks(self._lanes)
+        self.rule = rules.align()
+        every = _Lanes(timelines, least=2)
+        self.sync = _align.sync_points(every, self.clock, self.rule) if len(every) >= _align.SYNC_STEPS else None
+
+    def mark(self, row: StepRow) -> None:
+        if not self.on:
+            return
+        here = self._lanes.lanes(row.step)
+        if len(here) < 2 or len(here) != len(row.times):
+            return
+        row.alignment = _align.align(row.step, here, self.clock, self.rule, self.sync)
         s = row.alignment.straggler
         row.stragglers = [] if s is None else [
             Straggler(s.process, row.times[s.process], s.ratio, s.segment, s.lag_s, _align.answer(row.alignment))]
@@ -453,6 +554,7 @@ def to_json(timelines: Timelines, found: Sequence[StepRow], rules: Rules) -> dic
         "roles": role_order(found),
         "steps": [row.to_json() for row in found],
         "anomalies": [row.step for row in found if row.anomaly is not None],
+        "captured_steps": sorted(timelines.captured),
         "straggler_steps": [row.step for row in found if row.stragglers],
         "clocks": _clocks_json(timelines),
         "damaged": timelines.damaged,
@@ -460,9 +562,47 @@ def to_json(timelines: Timelines, found: Sequence[StepRow], rules: Rules) -> dic
     }
 
 
+def dump_json(timelines: Timelines, found: Iterable[StepRow], rules: Rules, stream: TextIO,
+              extra: Mapping[str, Any] | None = None) -> None:
+    """Write :func:`to_json`'s document (and ``extra``'s keys after it) to ``stream`` as ``json.dump(..., indent=1)``
+    would, its steps one at a time: ``found`` is walked twice (rows made afresh each time: none is kept)."""
+    import json
+
+    totals: dict[str, float] = {}
+    marked: list[int] = []
+    straggling: list[int] = []
+    for row in found:
+        for name, seconds in row.roles.items():
+            totals[name] = totals.get(name, 0.0) + seconds
+        if row.anomaly is not None:
+            marked.append(row.step)
+        if row.stragglers:
+            straggling.append(row.step)
+    head = to_json(timelines, [], rules)
+    head["roles"] = sorted(totals, key=lambda n: (-totals[n], n))
+    head["anomalies"], head["straggler_steps"] = marked, straggling
+    document = {**head, **(extra or {})}
+
+    def value(v: Any, indent: str) -> str:
+        return json.dumps(v, indent=1).replace("\n", "\n" + indent)
+
+    stream.write("{")
+    for i, (key, v) in enumerate(document.items()):
+        stream.write(("," if i else "") + "\n " + json.dumps(key) + ": ")
+        if key != "steps":
+            stream.write(value(v, " "))
+            continue
+        first = True
+        for row in found:
+            stream.write(("[" if first else ",") + "\n  " + value(row.to_json(), "  "))
+            first = False
+        stream.write("[]" if first else "\n ]")
+    stream.write("\n}")
+
+
 def _clocks_json(timelines: Timelines) -> dict[str, Any] | None:
-    by_step = lanes(timelines)
-    return _align.clocks(by_step).to_json() if by_step else None
+    by_step = _Lanes(timelines)
+    return _align.clocks(by_step).to_json() if any(True for _ in by_step) else None
 
 
 # -- the HTML report's section ---------------------------------------------------------------------
@@ -471,31 +611,38 @@ def _clocks_json(timelines: Timelines) -> dict[str, Any] | None:
 def html_section(save_path: str | os.PathLike[str], run: str | None, rules: Rules = Rules()) -> str:
     """Return the report's "Step timeline" section: step times as an inline SVG, anomalies marked; ``""`` if none."""
     timelines = read(save_path, run if run is not None else "latest")
-    found = rows(timelines, rules)
-    if not found:
+    # Two walks over rows made afresh (none kept): the first for the scale and the marked steps, the second
+    # for the bars, one a pixel column at most (a column's bar: its slowest step, red or orange if any is).
+    count, first, last, peak = 0, 0, 0, 0.0
+    flagged: list[StepRow] = []
+    for row in iter_rows(timelines, rules):
+        first, last = (row.step if count == 0 else first), row.step
+        count += 1
+        peak = max(peak, row.max_s)
+        if (row.anomaly is not None or row.stragglers) and len(flagged) < 50:
+            row.alignment = None
+            flagged.append(row)
+    if not count:
         return ""
     e = html.escape
     width, height, left, top = 1180, 160, 60, 10
-    peak = max(r.max_s for r in found) or 1.0
-    n = len(found)
-    step_w = (width - left - 10) / max(n, 1)
-    bars = []
-    for i, row in enumerate(found):
-        x = left + i * step_w
-        h = (height - top - 20) * row.time_s / peak
-        colour = "#be0032" if row.anomaly is not None else ("#f38400" if row.stragglers else "#0067a5")
-        tip = f"step {row.step}: {_secs(row.time_s)} (median over processes), max {_secs(row.max_s)} {row.slowest}"
-        if row.anomaly is not None:
-            tip += f"; anomaly: {row.anomaly.ratio:.1f}x the median of the previous {row.anomaly.history} steps"
-        if row.stragglers:
-            tip += "; " + _flags(row)
-        bars.append(f'<rect x="{x:.1f}" y="{height - 20 - h:.1f}" width="{max(step_w - 1, 0.5):.1f}" '
-                    f'height="{h:.1f}" fill="{colour}"><title>{e(tip)}</title></rect>')
+    peak = peak or 1.0
+    columns = width - left - 10
+    per = -(-count // columns)  # steps a bar
+    step_w = columns / max(-(-count // per), 1)
+    bars: list[str] = []
+    column: list[StepRow] = []
+    for row in iter_rows(timelines, rules):
+        column.append(row)
+        if len(column) == per:
+            bars.append(_bar(column, len(bars), left, step_w, height, top, peak))
+            column = []
+    if column:
+        bars.append(_bar(column, len(bars), left, step_w, height, top, peak))
     axis = (f'<text x="{left - 4}" y="{top + 8}" text-anchor=end font-size=10>{e(_secs(peak))}</text>'
             f'<text x="{left - 4}" y="{height - 20}" text-anchor=end font-size=10>0</text>'
-            f'<text x="{left}" y="{height - 6}" font-size=10>step {found[0].step}</text>'
-            f'<text x="{width - 10}" y="{height - 6}" text-anchor=end font-size=10>step {found[-1].step}</text>')
-    flagged = [r for r in found if r.anomaly is not None or r.stragglers][:50]
+            f'<text x="{left}" y="{height - 6}" font-size=10>step {first}</text>'
+            f'<text x="{width - 10}" y="{height - 6}" text-anchor=end font-size=10>step {last}</text>')
     table = ""
     if flagged:
         cells = "".join(
@@ -510,10 +657,33 @@ def html_section(save_path: str | os.PathLike[str], run: str | None, rules: Rule
             f"role.</p><svg width={width} height={height} role=img>{axis}{''.join(bars)}</svg>{table}")
 
 
+def _bar(column: Sequence[StepRow], i: int, left: float, step_w: float, height: int, top: int, peak: float) -> str:
+    """Return the bar of one step, or of the steps of one pixel column (its slowest step's height)."""
+    row = max(column, key=lambda r: r.time_s)
+    x = left + i * step_w
+    h = (height - top - 20) * row.time_s / peak
+    anomalous = any(r.anomaly is not None for r in column)
+    colour = "#be0032" if anomalous else ("#f38400" if any(r.stragglers for r in column) else "#0067a5")
+    if len(column) == 1:
+        tip = f"step {row.step}: {_secs(row.time_s)} (median over processes), max {_secs(row.max_s)} {row.slowest}"
+        if row.anomaly is not None:
+            tip += f"; anomaly: {row.anomaly.ratio:.1f}x the median of the previous {row.anomaly.history} steps"
+        if row.stragglers:
+            tip += "; " + _flags(row)
+    else:
+        marked = sum(1 for r in column if r.anomaly is not None or r.stragglers)
+        tip = (f"steps {column[0].step}-{column[-1].step}: the slowest, step {row.step}, {_secs(row.time_s)} "
+               f"(median over processes)" + (f"; {marked} marked" if marked else ""))
+    return (f'<rect x="{x:.1f}" y="{height - 20 - h:.1f}" width="{max(step_w - 1, 0.5):.1f}" '
+            f'height="{h:.1f}" fill="{colour}"><title>{html.escape(tip)}</title></rect>')
+
+
 def _flags(row: StepRow) -> str:
     parts = []
     if row.anomaly is not None:
         parts.append(f"anomaly: {row.anomaly.ratio:.1f}x the median of the {row.anomaly.history} steps before")
+    if row.captured is not None:
+        parts.append(f"captured: {row.captured.ratio:.1f}x, profctx's own capture start and stop (not an anomaly)")
     for s in row.stragglers[:3]:
         if s.segment is not None:
             parts.append(f"straggler {s.answer}")

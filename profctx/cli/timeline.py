@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +16,12 @@ from ..analysis._timeline import (
     STRAGGLER_RATIO,
     Rules,
     StepRow,
+    Timelines,
+    dump_json,
     files,
     flags,
+    iter_rows,
     read,
-    role_order,
-    rows,
-    to_json,
 )
 from ..records._job import Member, hole, missing
 from ._common import FINDINGS, OK, Style, UsageError, guarded, shard_members, table
@@ -101,10 +101,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"profctx timeline: {args.dir}: no timeline of run {args.run} (runs: {known})", file=sys.stderr)
         return FINDINGS
     rules = Rules(args.factor, args.window, min(MIN_HISTORY, args.window), args.straggler_ratio, args.min_ms / 1000)
-    found = rows(timelines, rules)  # the marks come from the whole run, whatever --steps shows
-    if args.steps is not None:
-        a, b = args.steps
-        found = [r for r in found if (a is None or r.step >= a) and (b is None or r.step <= b)]
+    found = _Rows(timelines, rules, args.steps)  # the marks come from the whole run, whatever --steps shows
     # Every process writes a timeline, selected or not: each rank of W is expected, of the processes
     # whose timelines are here and of those whose capture shards are (collected from other hosts).
     shown_run = timelines.processes[0].run
@@ -112,9 +109,7 @@ def run(args: argparse.Namespace) -> int:
         (Member(p.run, p.group, p.rank, p.world_size) for p in timelines.processes if p.run == shown_run),
         others=shard_members(folder, shown_run))]
     if args.json:
-        document = to_json(timelines, found, rules)
-        document["missing"] = lacks
-        json.dump(document, sys.stdout, indent=1)
+        dump_json(timelines, found, rules, sys.stdout, {"missing": lacks})  # the steps one at a time
         sys.stdout.write("\n")
         return OK
     print(render(timelines.processes[0].run, [p.name for p in timelines.processes], found, args.rows,
@@ -134,44 +129,81 @@ def run(args: argparse.Namespace) -> int:
     return OK
 
 
-def render(run_id: str, processes: list[str], found: list[StepRow], max_rows: int, style: Style,
+def render(run_id: str, processes: list[str], found: Iterable[StepRow], max_rows: int, style: Style,
            dropped: int = 0) -> str:
-    """Return the timeline as a table: a row per step (or per bin of steps), then the marked steps."""
-    if not found:
+    """Return the timeline as a table: a row per step (or per bin of steps), then the marked steps.
+
+    ``found`` is walked twice (a list, or rows made afresh each time: then no more than a bin's rows are held).
+    """
+    count, first, last, anomalous, straggling, flagged = 0, 0, 0, 0, 0, 0
+    totals: dict[str, float] = {}
+    segments: set[str] = set()
+    marked: list[list[str]] = []  # the first 40 marked steps' cells
+    for row in found:
+        first, last = (row.step if count == 0 else first), row.step
+        count += 1
+        for name, spent in row.roles.items():
+            totals[name] = totals.get(name, 0.0) + spent
+        anomalous += row.anomaly is not None
+        straggling += bool(row.stragglers)
+        flagged += row.anomaly is not None or bool(row.stragglers)
+        if row.stragglers and row.stragglers[0].segment is not None:
+            segments.add(row.stragglers[0].segment)
+        if (row.anomaly is not None or row.stragglers) and len(marked) < 40:
+            marked.append([str(row.step), seconds(row.time_s), seconds(row.max_s), row.slowest, flags(row)])
+    if not count:
         return f"run {run_id}: no step in the range asked for"
-    roles = role_order(found)
+    roles = sorted(totals, key=lambda n: (-totals[n], n))
     shown, rest = roles[:MAX_ROLE_COLUMNS], roles[MAX_ROLE_COLUMNS:]
-    marked = [r for r in found if r.anomaly is not None or r.stragglers]
     shown_names = ", ".join(processes[:8]) + (f" and {len(processes) - 8} more" if len(processes) > 8 else "")
-    head = (f"run {run_id}: {len(found)} steps ({found[0].step}-{found[-1].step}), {len(processes)} process"
+    head = (f"run {run_id}: {count} steps ({first}-{last}), {len(processes)} process"
             f"{'es' if len(processes) != 1 else ''} ({shown_names}); "
-            f"{sum(1 for r in found if r.anomaly is not None)} anomalous, "
-            f"{sum(1 for r in found if r.stragglers)} with stragglers")
+            f"{anomalous} anomalous, "
+            f"{straggling} with stragglers")
     out = [style(head, "bold")]
     headers = ["STEP", "TIME", "MAX", "SLOWEST", *shown, *(["(other roles)"] if rest else []), "MARKS"]
-    binned = bool(max_rows and len(found) > max_rows)
-    size = -(-len(found) // max_rows) if binned else 1
+    binned = bool(max_rows and count > max_rows)
+    size = -(-count // max_rows) if binned else 1
     lines = []
-    for i in range(0, len(found), size):
-        group = found[i:i + size]
+    group: list[StepRow] = []
+    for row in found:
+        if size > 1:
+            row.alignment = None  # a bin's cells do not read it
+        group.append(row)
+        if len(group) == size:
+            lines.append(_cells(group, shown, rest))
+            group = []
+    if group:
         lines.append(_cells(group, shown, rest))
     out.append(table(headers, lines, right=set(range(1, len(headers) - 1)) - {3}))
-    if any(r.stragglers and r.stragglers[0].segment in shown for r in found) and not binned:
+    if segments & set(shown) and not binned:
         out[0] += style(" (a role cell marked ! is the straggler's own time there; other cells are medians)", "dim")
     if binned:
         out.append(f"(bins of {size} steps: TIME is the median of the bin's steps, MAX the slowest process in the "
                    "bin, roles the median; --rows 0 shows every step, --steps A-B a range)")
     if binned and marked:
         out += ["", style("Marked steps", "bold")]
-        out.append(table(["STEP", "TIME", "MAX", "SLOWEST", "MARKS"],
-                         [[str(r.step), seconds(r.time_s), seconds(r.max_s), r.slowest, flags(r)]
-                          for r in marked[:40]], right={1, 2}))
-        if len(marked) > 40:
-            out.append(f"... and {len(marked) - 40} more marked steps (--json lists them all)")
+        out.append(table(["STEP", "TIME", "MAX", "SLOWEST", "MARKS"], marked, right={1, 2}))
+        if flagged > 40:
+            out.append(f"... and {flagged - 40} more marked steps (--json lists them all)")
     if dropped:
         out.append(style(f"{dropped} step(s) not recorded: a process's writer fell behind or could not write",
                          "yellow"))
     return "\n".join(out)
+
+
+class _Rows:
+    """The rows of a run, made afresh each time they are walked (the marks from the whole run), those of
+    ``span`` yielded."""
+
+    def __init__(self, timelines: Timelines, rules: Rules, span: tuple[int | None, int | None] | None) -> None:
+        self.timelines, self.rules, self.span = timelines, rules, span
+
+    def __iter__(self) -> Iterator[StepRow]:
+        a, b = self.span if self.span is not None else (None, None)
+        for row in iter_rows(self.timelines, self.rules):
+            if (a is None or row.step >= a) and (b is None or row.step <= b):
+                yield row
 
 
 def _cells(group: list[StepRow], shown: list[str], rest: list[str]) -> list[str]:
