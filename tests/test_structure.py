@@ -110,6 +110,8 @@ def _attributes(value: Any) -> dict[str, Any]:
 
 
 def _picture(value: Any) -> Any:
+    if isinstance(value, float) and value != value:
+        return ("nan",)  # a NaN constant is the same value after reset, though it compares unequal to itself
     if isinstance(value, contextvars.ContextVar):
         return ("contextvar", _item(value.get()))
     if isinstance(value, logging.Logger):

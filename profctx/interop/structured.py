@@ -13,6 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..core._config import (
+    DEFAULT_EXIT_TIMEOUT,
+    DEFAULT_MAX_TIMELINE_BYTES,
+    DEFAULT_MAX_TRACE_BYTES,
+    DEFAULT_MAX_TRACE_BYTES_PER_HOUR,
+)
+
 __all__ = ["EngineSchema", "ProfilerSchema", "register"]
 
 # OmegaConf reads these annotations at run time on Python 3.10, so they use typing.Optional,
@@ -64,6 +71,10 @@ class ProfilerSchema:
     compress: bool = True
     on_error: str = "log"
     exit_hooks: bool = True
+    exit_timeout: float = DEFAULT_EXIT_TIMEOUT
+    max_trace_bytes: Optional[int] = DEFAULT_MAX_TRACE_BYTES  # noqa: UP045
+    max_trace_bytes_per_hour: Optional[int] = DEFAULT_MAX_TRACE_BYTES_PER_HOUR  # noqa: UP045
+    max_timeline_bytes: Optional[int] = DEFAULT_MAX_TIMELINE_BYTES  # noqa: UP045
     warmup: bool = True
     private: bool = False
     on_demand: bool = False
