@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import shutil
 import tempfile
 import threading
@@ -20,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from attacker import ATTACKER, plant
 
 import profctx
 from profctx.backends import CaptureSpec
@@ -30,47 +30,6 @@ from profctx.util._identity import Identity, hostname
 torch = pytest.importorskip("torch")
 
 
-def _attacker() -> tuple[int, int] | None:
-    if os.geteuid() != 0:
-        return None
-    try:
-        entry = pwd.getpwnam("nobody")
-    except KeyError:
-        return None
-    return entry.pw_uid, entry.pw_gid
-
-
-ATTACKER = _attacker()
-
-
-def plant(ops: list[tuple[str, ...]]) -> None:
-    """Do ``ops`` as the attacker: ``("mkdir", path)``, ``("link", target, path)``, ``("rename", a, b)``."""
-    def run() -> None:
-        for op in ops:
-            if op[0] == "mkdir":
-                os.makedirs(op[1], mode=0o777, exist_ok=True)
-                os.chmod(op[1], 0o777)
-            elif op[0] == "link":
-                os.symlink(op[1], op[2])
-            else:
-                os.rename(op[1], op[2])
-
-    if ATTACKER is None:
-        run()
-        return
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            os.setgroups([])
-            os.setgid(ATTACKER[1])
-            os.setuid(ATTACKER[0])
-            run()
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, "planting failed"
 
 
 @pytest.fixture

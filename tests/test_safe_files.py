@@ -13,7 +13,6 @@ import gzip
 import json
 import logging
 import os
-import pwd
 import shutil
 import signal
 import subprocess
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from attacker import ATTACKER, plant
 
 import profctx
 from profctx.cli import main
@@ -40,48 +40,6 @@ VICTIM = b"victim: never written by profctx\n"
 HOST = safe(hostname())
 
 
-def _attacker() -> tuple[int, int] | None:
-    """Return the uid and gid of ``nobody`` when this runs as root, else ``None`` (same account)."""
-    if os.geteuid() != 0:
-        return None
-    try:
-        entry = pwd.getpwnam("nobody")
-    except KeyError:
-        return None
-    return entry.pw_uid, entry.pw_gid
-
-
-ATTACKER = _attacker()
-
-
-def plant(ops: list[tuple[str, ...]]) -> None:
-    """Do ``ops`` as the attacker: ``("mkdir", path)``, ``("link", target, path)``, ``("file", path)``."""
-    def run() -> None:
-        for op in ops:
-            if op[0] == "mkdir":
-                os.makedirs(op[1], mode=0o777, exist_ok=True)
-                os.chmod(op[1], 0o777)
-            elif op[0] == "link":
-                os.symlink(op[1], op[2])
-            else:
-                Path(op[1]).write_bytes(b"planted\n")
-
-    if ATTACKER is None:
-        run()
-        return
-    pid = os.fork()
-    if pid == 0:  # the child drops to the attacker's account, plants, and leaves without cleanup
-        code = 1
-        try:
-            os.setgroups([])
-            os.setgid(ATTACKER[1])
-            os.setuid(ATTACKER[0])
-            run()
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, "planting failed"
 
 
 def attacker_reads(path: Path) -> bool:
