@@ -6,7 +6,6 @@ from collections.abc import Iterator
 
 import pytest
 from fakeclock import FakeClock, install
-from hypothesis import HealthCheck, settings
 
 import profctx
 from profctx.testing import RecordingBackend
@@ -14,8 +13,13 @@ from profctx.testing import RecordingBackend
 # No property test asserts how long one example takes: Hypothesis's default 200 ms deadline per example and its
 # too-slow health check are wall-clock margins a loaded machine breaks (a case waiting for a core). Tests that
 # bound a case's cost do it themselves, in thread CPU time (test_config_fuzz.py). Settings a test passes win.
-settings.register_profile("profctx", deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile("profctx")
+try:  # the real-engine environment (requirements-vllm.txt) runs these fixtures without Hypothesis
+    from hypothesis import HealthCheck, settings
+except ImportError:
+    pass
+else:
+    settings.register_profile("profctx", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    settings.load_profile("profctx")
 
 
 @pytest.fixture(autouse=True)
