@@ -19,7 +19,7 @@ from typing import final
 
 from lightning.pytorch.profilers import Profiler
 
-from ..process._last import last_step
+from ..process._last import check_metrics, last_step
 from ..process._owner import OWNER
 from ..process._steps import Steps
 from ..util._errors import ConfigError
@@ -193,12 +193,7 @@ class ProfctxProfiler(Profiler):  # type: ignore[misc]
                 raise ConfigError("sources", source, f"one of {', '.join(SOURCES)}")
         if not isinstance(summary, bool):
             raise ConfigError("summary", summary, "True or False")
-        if not isinstance(metrics, bool):
-            raise ConfigError("metrics", metrics, "True or False")
-        if not isinstance(prefix, str):
-            raise ConfigError("prefix", prefix, "a string such as 'timing_s/'")
-        if counts is not None and (not isinstance(counts, str) or counts == prefix):
-            raise ConfigError("counts", counts, "None, or a prefix other than `prefix` such as 'timing_n/'")
+        check_metrics(metrics, prefix, counts)
         self.sources = frozenset(chosen)
         self.with_summary = summary
         self.metrics = metrics

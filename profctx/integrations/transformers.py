@@ -15,7 +15,7 @@ from typing import Any
 
 from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
-from ..process._last import last_step
+from ..process._last import check_metrics, last_step
 from ..process._owner import OWNER
 from ..process._steps import Steps
 from ..util._errors import ConfigError
@@ -71,12 +71,7 @@ class ProfctxCallback(TrainerCallback):  # type: ignore[misc]
                  prefix: str = "timing_s/", counts: str | None = None) -> None:
         self.micro_batch_role = _role("micro_batch_role", micro_batch_role)
         self.optimizer_role = _role("optimizer_role", optimizer_role)
-        if not isinstance(metrics, bool):
-            raise ConfigError("metrics", metrics, "True or False")
-        if not isinstance(prefix, str):
-            raise ConfigError("prefix", prefix, "a string such as 'timing_s/'")
-        if counts is not None and (not isinstance(counts, str) or counts == prefix):
-            raise ConfigError("counts", counts, "None, or a prefix other than `prefix` such as 'timing_n/'")
+        check_metrics(metrics, prefix, counts)
         if trainer is not None and not callable(getattr(trainer, "log", None)):
             raise ConfigError("trainer", trainer, "the transformers Trainer (or TRL trainer) this callback is added to")
         #: The Trainer whose ``log`` carries the phases to its trackers (``None``: not logged).

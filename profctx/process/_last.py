@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final, final
 
+from ..util._errors import ConfigError
 from ._owner import OWNER
 
 if TYPE_CHECKING:
@@ -97,3 +98,13 @@ def last_step() -> StepTimes | None:
     return StepTimes(step, start, seconds,
                      MappingProxyType({name: RoleTime(entry[0], int(entry[1])) for name, entry in roles.items()}),
                      marks)
+
+
+def check_metrics(metrics: object, prefix: object, counts: object) -> None:
+    """Refuse, with ``ConfigError``, an integration's tracker options (see :meth:`StepTimes.metrics`)."""
+    if not isinstance(metrics, bool):
+        raise ConfigError("metrics", metrics, "True or False")
+    if not isinstance(prefix, str):
+        raise ConfigError("prefix", prefix, "a string such as 'timing_s/'")
+    if counts is not None and (not isinstance(counts, str) or counts == prefix):
+        raise ConfigError("counts", counts, "None, or a prefix other than `prefix` such as 'timing_n/'")
