@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+
+import profctx
 
 
 def _attacker() -> tuple[int, int] | None:
@@ -52,3 +58,21 @@ def plant(ops: list[tuple[str, ...]]) -> None:
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, "planting failed"
+
+
+@contextlib.contextmanager
+def shared_folder(prefix: str, *, in_memory: bool = False) -> Iterator[Path]:
+    """Yield a folder the attacker owns (world-writable), in a fresh parent both accounts can enter."""
+    memory = "/dev/shm" if in_memory and os.access("/dev/shm", os.W_OK) else None
+    base = Path(tempfile.mkdtemp(prefix=prefix, dir=memory))
+    base.chmod(0o755)
+    folder = base / "shared"
+    folder.mkdir()
+    folder.chmod(0o777)
+    if ATTACKER is not None:
+        os.chown(folder, *ATTACKER)
+    try:
+        yield folder
+    finally:
+        profctx.reset()  # the manifest is closed before its folder goes
+        shutil.rmtree(base, ignore_errors=True)

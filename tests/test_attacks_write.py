@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from attacker import ATTACKER, plant
+from attacker import plant, shared_folder
 
 import profctx
 from profctx.backends import CaptureSpec
@@ -35,18 +33,8 @@ torch = pytest.importorskip("torch")
 @pytest.fixture
 def shared() -> Iterator[Path]:
     """A save folder the attacker owns (world-writable)."""
-    base = Path(tempfile.mkdtemp(prefix="profctx-attack-"))
-    base.chmod(0o755)
-    folder = base / "shared"
-    folder.mkdir()
-    folder.chmod(0o777)
-    if ATTACKER is not None:
-        os.chown(folder, *ATTACKER)
-    try:
+    with shared_folder("profctx-attack-") as folder:
         yield folder
-    finally:
-        profctx.reset()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

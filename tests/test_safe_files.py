@@ -17,7 +17,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from attacker import ATTACKER, plant
+from attacker import ATTACKER, plant, shared_folder
 
 import profctx
 from profctx.cli import main
@@ -68,19 +67,8 @@ def attacker_reads(path: Path) -> bool:
 def shared() -> Iterator[Path]:
     """A folder the attacker owns (world-writable), reachable by the attacker's account."""
     # In memory where there is such a file system: thousands of links are planted and removed.
-    memory = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-    base = Path(tempfile.mkdtemp(prefix="profctx-shared-", dir=memory))
-    base.chmod(0o755)
-    folder = base / "shared"
-    folder.mkdir()
-    folder.chmod(0o777)
-    if ATTACKER is not None:
-        os.chown(folder, *ATTACKER)
-    try:
+    with shared_folder("profctx-shared-", in_memory=True) as folder:
         yield folder
-    finally:
-        profctx.reset()  # the manifest is closed before its folder goes
-        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture
